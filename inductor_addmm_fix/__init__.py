@@ -1,0 +1,239 @@
+"""inductor_addmm_fix: matmuls with ``out_dtype=`` compile under torch.compile/Inductor.
+
+``import inductor_addmm_fix`` applies the fix (unless ``INDUCTOR_ADDMM_FIX=0``).
+Tier 1 (core decompositions and meta kernels) applies at once; Tier 2 (Inductor's
+decomposition and lowering tables) applies as soon as Inductor is imported, so
+that importing this package never imports Inductor by itself.
+
+Public API: :func:`install`, :func:`uninstall`, :func:`is_installed`, :func:`status`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import warnings
+from typing import Any
+
+__version__ = "0.1.0"
+__all__ = ["install", "uninstall", "is_installed", "status", "Status", "PatchStatus"]
+
+log = logging.getLogger(__name__)
+log.addHandler(logging.NullHandler())
+
+#: The module whose import completes Inductor's tables; Tier 2 waits for it.
+INDUCTOR_TRIGGER = "torch._inductor.compile_fx"
+
+_lock = threading.RLock()
+_state: dict[str, Any] = {
+    "wanted": False,  # install() was called and uninstall() was not
+    "activation": None,  # how the fix was activated: "import", "entry-point", ".pth", "install()"
+    "decisions": {},  # tier -> list[Decision]
+    "errors": {},  # tier -> message of the failure that left that tier untouched
+}
+_warned: set[str] = set()
+_the_registry = None
+
+
+def _get_registry():
+    global _the_registry
+    if _the_registry is None:
+        from ._registry import Registry
+
+        _the_registry = Registry(after_change=[_clear_caches])
+    return _the_registry
+
+
+def _clear_caches() -> None:
+    """Drop torch's copies of the tables we edit (called after every change)."""
+    import sys
+
+    decomposition = sys.modules.get("torch._inductor.decomposition")
+    fast = getattr(decomposition, "fast_random_decomps", None)
+    if hasattr(fast, "cache_clear"):
+        fast.cache_clear()
+    fake_tensor = sys.modules.get("torch._subclasses.fake_tensor")
+    check = getattr(fake_tensor, "torch_decomp_decompositions", None)
+    if hasattr(check, "cache_clear"):
+        check.cache_clear()
+    mode = getattr(fake_tensor, "FakeTensorMode", None)
+    cache = getattr(mode, "cache", None)
+    if isinstance(cache, dict):
+        cache.clear()
+
+
+def _warn_once(key: str, message: str) -> None:
+    log.warning("%s", message)
+    if key not in _warned:
+        _warned.add(key)
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+def _apply_tier(tier: str) -> None:
+    """Plan and apply one tier, all or nothing; on any failure warn once and leave torch as it was."""
+    from . import _plan
+
+    with _lock:
+        if not _state["wanted"] or tier in _state["decisions"]:
+            return
+        try:
+            if tier == _plan.CORE:
+                decisions = _plan.plan_core()
+            else:
+                decisions = _plan.plan_inductor(__version__)
+            patches = [p for d in decisions if d.needed for p in d.patches]
+            registry = _get_registry()
+            registry.apply(patches)
+            if tier == _plan.CORE:
+                try:
+                    _self_test_core()
+                except Exception:
+                    registry.restore(only=patches)
+                    raise
+        except Exception as error:  # never let the fix break torch or the program
+            _state["errors"][tier] = f"{type(error).__name__}: {error}"
+            _warn_once(
+                f"tier:{tier}",
+                f"inductor_addmm_fix: the {tier} patches could not be applied to torch "
+                f"and torch was left as it was ({type(error).__name__}: {error})",
+            )
+            return
+        _state["decisions"][tier] = decisions
+        _state["errors"].pop(tier, None)
+        log.info("applied %d %s patch(es)", len(patches), tier)
+
+
+def _self_test_core() -> None:
+    """After Tier 1, every family op must run on meta tensors and give out_dtype."""
+    from . import _plan, _torch_features
+
+    broken = [n for n in _torch_features.FAMILY if not _torch_features.meta_kernel_works(n)]
+    if broken:
+        raise _plan.PlanError(
+            "self-test failed after patching: " + ", ".join(f"{n}.dtype" for n in broken) + " still fail on meta tensors"
+        )
+
+
+def _apply_inductor_tier() -> None:
+    from ._plan import INDUCTOR
+
+    _apply_tier(INDUCTOR)
+
+
+def install(*, activation: str = "install()") -> "Status":
+    """Apply the fix to this process.  Idempotent; never raises for a torch it
+    cannot patch (it warns once and leaves torch untouched).  Tier 2 is applied
+    now if Inductor is imported, otherwise as soon as it is."""
+    from . import _import_hooks
+    from ._plan import CORE
+
+    with _lock:
+        if not _state["wanted"]:
+            _state["wanted"] = True
+            _state["activation"] = activation
+        _apply_tier(CORE)
+        _import_hooks.when_imported(INDUCTOR_TRIGGER, _apply_inductor_tier)
+        return status()
+
+
+def uninstall() -> "Status":
+    """Restore every table entry and kernel this package changed, exactly as it was.
+
+    Compiled code already cached by Dynamo is not discarded: call
+    ``torch._dynamo.reset()`` to recompile without the fix."""
+    from . import _import_hooks
+
+    with _lock:
+        _import_hooks.cancel(INDUCTOR_TRIGGER)
+        problems = _get_registry().restore()
+        for problem in problems:
+            _warn_once(f"restore:{problem}", f"inductor_addmm_fix: {problem}")
+        _state.update(wanted=False, activation=None, decisions={}, errors={})
+        return status()
+
+
+def is_installed() -> bool:
+    """Whether the fix is active in this process (Tier 2 may still wait for Inductor)."""
+    with _lock:
+        return _state["wanted"] and "core" in _state["decisions"]
+
+
+@dataclasses.dataclass(frozen=True)
+class PatchStatus:
+    name: str
+    tier: str
+    applied: bool
+    reason: str
+    obsolete_when: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Status:
+    package_version: str
+    torch_version: str
+    installed: bool
+    activation: str | None
+    tiers: dict[str, str]  # tier -> "applied" | "waiting for torch._inductor" | "failed: ..." | "not installed"
+    patches: tuple[PatchStatus, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def __str__(self) -> str:
+        lines = [
+            f"inductor_addmm_fix {self.package_version} on torch {self.torch_version}",
+            f"installed: {'yes' if self.installed else 'no'}"
+            + (f" (activated by {self.activation})" if self.activation else ""),
+        ]
+        lines += [f"  {tier:<9} {state}" for tier, state in self.tiers.items()]
+        for p in self.patches:
+            mark = "applied" if p.applied else "not needed"
+            lines.append(f"  [{mark:>10}] {p.name}: {p.reason}")
+        return "\n".join(lines)
+
+
+def status() -> Status:
+    """A structured report: torch version, each tier and each patch, applied or not and why."""
+    import torch
+
+    from . import _import_hooks
+
+    with _lock:
+        tiers = {}
+        patches = []
+        for tier in ("core", "inductor"):
+            if tier in _state["errors"]:
+                tiers[tier] = f"failed: {_state['errors'][tier]}"
+            elif tier in _state["decisions"]:
+                tiers[tier] = "applied"
+                patches += [
+                    PatchStatus(d.name, d.tier, d.needed, d.reason, d.obsolete_when)
+                    for d in _state["decisions"][tier]
+                ]
+            elif _state["wanted"] and _import_hooks.is_pending(INDUCTOR_TRIGGER):
+                tiers[tier] = "waiting for torch._inductor to be imported"
+            else:
+                tiers[tier] = "not installed"
+        return Status(
+            package_version=__version__,
+            torch_version=str(torch.__version__),
+            installed=is_installed(),
+            activation=_state["activation"],
+            tiers=tiers,
+            patches=tuple(patches),
+        )
+
+
+def _auto_install() -> None:
+    """``import inductor_addmm_fix`` applies the fix unless INDUCTOR_ADDMM_FIX says no."""
+    from ._env import enabled_by_env
+
+    if enabled_by_env():
+        install(activation="import")
+
+
+try:
+    _auto_install()
+except Exception as _error:  # pragma: no cover - never break the importing program
+    _warn_once("import", f"inductor_addmm_fix: not activated ({type(_error).__name__}: {_error})")

@@ -1,0 +1,87 @@
+"""Run a callback once a module has finished importing (post-import hook).
+
+Tier 2 needs ``torch._inductor``, whose import costs over a second; we wait for
+``torch._inductor.compile_fx`` (what every Inductor compile imports, after the
+lowering and decomposition tables are complete) instead of importing it ourselves.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import sys
+import threading
+from typing import Callable
+
+_lock = threading.Lock()
+_pending: dict[str, list[Callable[[], None]]] = {}
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    """Wraps the loader of a watched module so that callbacks run after exec_module."""
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname not in _pending:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None and spec.loader is not None:
+                spec.loader = _Loader(spec.loader, fullname)
+                return spec
+        return None
+
+
+class _Loader(importlib.abc.Loader):
+    def __init__(self, inner, fullname):
+        self._inner = inner
+        self._fullname = fullname
+
+    def create_module(self, spec):
+        return self._inner.create_module(spec)
+
+    def exec_module(self, module):
+        self._inner.exec_module(module)
+        _fire(self._fullname)
+
+    def __getattr__(self, name):  # get_code, is_package, ... for tools that ask
+        return getattr(self._inner, name)
+
+
+_finder = _Finder()
+
+
+def _fire(fullname: str) -> None:
+    with _lock:
+        callbacks = _pending.pop(fullname, [])
+        if not _pending and _finder in sys.meta_path:
+            sys.meta_path.remove(_finder)
+    for callback in callbacks:
+        callback()  # callbacks must not raise; ours catch everything
+
+
+def when_imported(fullname: str, callback: Callable[[], None]) -> bool:
+    """Call ``callback`` now if ``fullname`` is imported, else right after its import.
+
+    Returns True if it ran now."""
+    with _lock:
+        if fullname not in sys.modules:
+            _pending.setdefault(fullname, []).append(callback)
+            if _finder not in sys.meta_path:
+                sys.meta_path.insert(0, _finder)
+            return False
+    callback()
+    return True
+
+
+def cancel(fullname: str) -> None:
+    with _lock:
+        _pending.pop(fullname, None)
+        if not _pending and _finder in sys.meta_path:
+            sys.meta_path.remove(_finder)
+
+
+def is_pending(fullname: str) -> bool:
+    with _lock:
+        return fullname in _pending

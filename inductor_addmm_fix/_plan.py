@@ -1,0 +1,270 @@
+"""Decide, from probes of the installed torch, which patches it needs.
+
+Each tier is planned on its own: ``plan_core()`` (Tier 1, needs only ``torch``)
+and ``plan_inductor()`` (Tier 2, needs ``torch._inductor``).  A plan is a list of
+:class:`Decision`: every candidate patch, applied or not, with the reason, so that
+``status()`` can say why.  A probe that finds torch shaped unlike anything we
+know raises :class:`PlanError`; the caller then warns and applies nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+
+import torch
+
+from . import _torch_features as features
+from ._registry import ABSENT, DictEntry, DispatcherKernel, Patch, PyKernel, TagInString
+
+CORE = "core"
+INDUCTOR = "inductor"
+
+#: Upstream changes that retire the patches (named in status() and the README).
+PR_CORE_ADDMM = "pytorch/pytorch#179634 (torch 2.13): dedicated addmm_dtype decomposition"
+PR_CORE_BADDBMM = "none yet: baddbmm is registered packet-wide up to torch 2.15"
+PR_META_MM = "pytorch/pytorch#163393 (torch 2.10): meta_mm takes out_dtype"
+PR_INDUCTOR = "pytorch/pytorch#190936 (open): Inductor stops claiming the .dtype overloads"
+PR_CACHE = "when the compile caches key on the lowering tables (no upstream change yet)"
+
+
+class PlanError(RuntimeError):
+    """The installed torch does not look like any release we know how to patch."""
+
+
+@dataclasses.dataclass
+class Decision:
+    name: str
+    tier: str
+    needed: bool
+    reason: str
+    obsolete_when: str
+    patches: list[Patch] = dataclasses.field(default_factory=list)
+
+
+def _require(condition: bool, what: str) -> None:
+    if not condition:
+        raise PlanError(f"this torch ({torch.__version__}) has no {what}")
+
+
+# ---------------------------------------------------------------- Tier 1
+def plan_core() -> list[Decision]:
+    from torch._decomp import decomposition_table, meta_table
+
+    from . import tier1_core_decompositions as t1
+
+    _require(features.has_out_dtype_overloads(), "out_dtype overloads of mm/bmm/addmm/baddbmm")
+    decisions = []
+    for name in features.FAMILY:
+        ops = (features.overload(name), features.overload(name, "dtype_out"))
+        obsolete = {"addmm": PR_CORE_ADDMM, "baddbmm": PR_CORE_BADDBMM}.get(name, PR_META_MM)
+
+        decomposition_ok = features.core_decomposition_works(name)
+        if decomposition_ok is False:
+            _require(name in t1.DECOMPOSITIONS, f"known fix for the {name}.dtype decomposition")
+            fn = t1.DECOMPOSITIONS[name]
+            decisions.append(
+                Decision(
+                    f"core.decomposition.{name}.dtype",
+                    CORE,
+                    True,
+                    "the core decomposition registered for the packet drops out_dtype "
+                    "(it binds it to beta)",
+                    obsolete,
+                    [
+                        Patch(
+                            f"core.decomposition.{op._overloadname}.{name}",
+                            CORE,
+                            DictEntry(decomposition_table, op, "torch._decomp.decomposition_table"),
+                            fn,
+                            "legacy packet decomposition",
+                            obsolete,
+                        )
+                        for op in ops
+                    ],
+                )
+            )
+        else:
+            decisions.append(
+                Decision(
+                    f"core.decomposition.{name}.dtype",
+                    CORE,
+                    False,
+                    "no core decomposition" if decomposition_ok is None else "stock keeps out_dtype",
+                    obsolete,
+                )
+            )
+
+        if features.meta_kernel_works(name):
+            decisions.append(
+                Decision(f"core.meta.{name}.dtype", CORE, False, "stock meta kernel keeps out_dtype", obsolete)
+            )
+            continue
+        _require(name in t1.META_KERNELS, f"known fix for the {name}.dtype meta kernel")
+        patches = []
+        for op, meta in zip(ops, t1.META_KERNELS[name]):
+            # FakeTensor looks in meta_table first and then runs the Meta kernel.
+            patches.append(
+                Patch(
+                    f"core.meta_table.{name}.{op._overloadname}",
+                    CORE,
+                    DictEntry(meta_table, op, "torch._decomp.meta_table"),
+                    meta,
+                    "FakeTensor would run the broken decomposition",
+                    obsolete,
+                )
+            )
+            patches.append(
+                Patch(
+                    f"core.meta_kernel.{name}.{op._overloadname}",
+                    CORE,
+                    DispatcherKernel(f"{name}.{op._overloadname}"),
+                    meta,
+                    "the Meta dispatch key runs the broken function",
+                    obsolete,
+                )
+            )
+            patches.append(
+                Patch(
+                    f"core.meta_py_kernel.{name}.{op._overloadname}",
+                    CORE,
+                    PyKernel(op, torch._C.DispatchKey.Meta),
+                    meta,
+                    "the Python dispatcher (on under Dynamo) runs the broken function",
+                    obsolete,
+                )
+            )
+        decisions.append(
+            Decision(
+                f"core.meta.{name}.dtype",
+                CORE,
+                True,
+                "the meta kernel fails on out_dtype, so FakeTensor (Dynamo tracing) fails",
+                obsolete,
+                patches,
+            )
+        )
+    return decisions
+
+
+# ---------------------------------------------------------------- Tier 2
+def plan_inductor(package_version: str) -> list[Decision]:
+    try:
+        from torch._inductor import decomposition as inductor_decomposition
+        from torch._inductor import lowering as L
+    except Exception as error:  # pragma: no cover - depends on the torch build
+        raise PlanError(f"torch._inductor cannot be imported: {error}") from error
+
+    from . import tier2_inductor_decompositions as t2d
+    from . import tier2_inductor_lowerings as t2l
+
+    decompositions = getattr(inductor_decomposition, "decompositions", None)
+    lowerings = getattr(L, "lowerings", None)
+    _require(isinstance(decompositions, dict), "torch._inductor.decomposition.decompositions dict")
+    _require(isinstance(lowerings, dict), "torch._inductor.lowering.lowerings dict")
+    _require(
+        features.takes_parameter(L.register_lowering, "lowering_dict") is True,
+        "register_lowering(lowering_dict=...)",
+    )
+    for helper in ("fallback_handler", "to_dtype"):
+        _require(callable(getattr(L, helper, None)), f"torch._inductor.lowering.{helper}")
+
+    decisions = []
+    for name in features.FAMILY:
+        op = features.overload(name)
+
+        # Tier 2a: the decomposition table.
+        name_2a = f"inductor.decomposition.{name}.dtype"
+        if features.is_packet_wide(decompositions, name):
+            stock_name, factory = t2d.SMALL_SHAPE_DECOMPOSITIONS[name]
+            stock = decompositions.get(features.overload(stock_name, "default"))
+            _require(stock is not None, f"Inductor decomposition for {stock_name}")
+            decisions.append(
+                Decision(
+                    name_2a,
+                    INDUCTOR,
+                    True,
+                    "Inductor's packet-wide decomposition drops out_dtype for small shapes",
+                    PR_INDUCTOR,
+                    [
+                        Patch(
+                            name_2a,
+                            INDUCTOR,
+                            DictEntry(decompositions, op, "torch._inductor.decomposition.decompositions"),
+                            factory(stock),
+                            "packet-wide decomposition",
+                            PR_INDUCTOR,
+                        )
+                    ],
+                )
+            )
+        else:
+            reason = "no Inductor decomposition" if op not in decompositions else "dedicated entry"
+            decisions.append(Decision(name_2a, INDUCTOR, False, reason, PR_INDUCTOR))
+
+        # Tier 2b: the lowering table.
+        name_2b = f"inductor.lowering.{name}.dtype"
+        current = lowerings.get(op, ABSENT)
+        if current is not ABSENT and not features.is_packet_wide(lowerings, name):
+            decisions.append(Decision(name_2b, INDUCTOR, False, "dedicated lowering", PR_INDUCTOR))
+            continue
+        if name in ("mm", "bmm"):
+            fn = t2l.make_product_lowering(name, current if current is not ABSENT else None)
+            why = f"tuned_{name} allows out_dtype on CUDA/XPU only" + (
+                " and not at all on this torch" if not features.inductor_kernel_takes_out_dtype(name) else ""
+            )
+        else:
+            fn = t2l.make_accumulate_lowering(name, {"addmm": "mm", "baddbmm": "bmm"}[name])
+            why = f"tuned_{name} is registered packet-wide and takes no out_dtype"
+        decisions.append(
+            Decision(
+                name_2b,
+                INDUCTOR,
+                True,
+                why,
+                PR_INDUCTOR,
+                [
+                    Patch(
+                        name_2b,
+                        INDUCTOR,
+                        DictEntry(lowerings, op, "torch._inductor.lowering.lowerings"),
+                        t2l.as_registered_lowering(op, fn),
+                        why,
+                        PR_INDUCTOR,
+                    )
+                ],
+            )
+        )
+
+    decisions.append(_plan_cache_key(package_version, decisions))
+    return decisions
+
+
+def _plan_cache_key(package_version: str, decisions: list[Decision]) -> Decision:
+    name = "cache.key_tag"
+    if not features.cache_key_tag_supported():
+        return Decision(name, "cache", False, "torch.compiler.config.cache_key_tag is missing", PR_CACHE)
+    import torch.compiler.config as cfg
+
+    applied = sorted(d.name for d in decisions if d.needed)
+    digest = hashlib.sha1("\n".join(applied).encode()).hexdigest()[:8]
+    tag = f";inductor_addmm_fix={package_version}+{digest}"
+    return Decision(
+        name,
+        "cache",
+        True,
+        "FX graph and AOTAutograd caches do not key on the lowering tables: "
+        "keep artifacts compiled with and without the fix apart",
+        PR_CACHE,
+        [
+            Patch(
+                name,
+                "cache",
+                TagInString(cfg, "cache_key_tag", tag, "torch.compiler.config"),
+                lambda old, tag=tag: old + tag,
+                "cache keys",
+                PR_CACHE,
+                derive=True,
+            )
+        ],
+    )

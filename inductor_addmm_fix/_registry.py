@@ -1,0 +1,289 @@
+"""The patch registry: every change this package makes to torch, kept as data.
+
+A :class:`Patch` names one slot inside torch (a dict entry, a dispatcher kernel, a
+config attribute), the object to put there, and why.  :class:`Registry` applies a
+list of patches all-or-nothing under one lock, remembers exactly what each slot
+held before (or that it was absent), and puts those objects back on ``restore``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import threading
+import warnings
+from typing import Any, Callable, Iterable
+
+log = logging.getLogger(__name__)
+
+
+class _Absent:
+    """Marks a slot that held nothing before a patch."""
+
+    _instance = None
+
+    def __new__(cls):
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "ABSENT"
+
+
+ABSENT: Any = _Absent()
+
+
+class Slot:
+    """One place inside torch that a patch writes to."""
+
+    def read(self) -> Any:
+        raise NotImplementedError
+
+    def write(self, value: Any) -> Any:
+        """Store ``value`` (``ABSENT`` removes it); return a token for ``unwrite``."""
+        raise NotImplementedError
+
+    def unwrite(self, token: Any, saved: Any) -> None:
+        """Undo ``write`` and bring back ``saved``."""
+        self.write(saved)
+
+    def still_ours(self, current: Any, installed: Any) -> bool:
+        """Whether the slot still holds what we wrote (nobody patched over us)."""
+        return current is installed
+
+    def describe(self) -> str:
+        raise NotImplementedError
+
+
+@dataclasses.dataclass(eq=False)
+class DictEntry(Slot):
+    """``table[key]`` of a plain dict (decomposition and lowering tables)."""
+
+    table: dict
+    key: Any
+    table_name: str
+
+    def read(self) -> Any:
+        return self.table.get(self.key, ABSENT)
+
+    def write(self, value: Any) -> None:
+        if value is ABSENT:
+            self.table.pop(self.key, None)
+        else:
+            self.table[self.key] = value
+
+    def describe(self) -> str:
+        return f"{self.table_name}[{self.key}]"
+
+
+@dataclasses.dataclass(eq=False)
+class PyKernel(Slot):
+    """``op.py_kernels[key]``: what the Python dispatcher runs (Dynamo and make_fx
+    turn it on) instead of the C++ kernel.  A write also clears the op's dispatch
+    cache, as ``OpOverload.py_impl`` does."""
+
+    op: Any
+    dispatch_key: Any  # torch._C.DispatchKey
+
+    def read(self) -> Any:
+        return self.op.py_kernels.get(self.dispatch_key, ABSENT)
+
+    def write(self, value: Any) -> None:
+        if value is ABSENT:
+            self.op.py_kernels.pop(self.dispatch_key, None)
+        else:
+            self.op.py_kernels[self.dispatch_key] = value
+        cache = getattr(self.op, "_dispatch_cache", None)
+        if isinstance(cache, dict):
+            cache.clear()
+
+    def describe(self) -> str:
+        return f"{self.op}.py_kernels[{self.dispatch_key}]"
+
+
+@dataclasses.dataclass(eq=False)
+class TagInString(Slot):
+    """A string attribute of a config module to which we append one tag, such as
+    ``torch.compiler.config.cache_key_tag``.  Restoring removes our tag only, so
+    whatever the user appended meanwhile survives."""
+
+    owner: Any
+    attr: str
+    tag: str
+    owner_name: str
+
+    def read(self) -> Any:
+        return getattr(self.owner, self.attr)
+
+    def write(self, value: Any) -> None:
+        setattr(self.owner, self.attr, value)
+
+    def still_ours(self, current: Any, installed: Any) -> bool:
+        return isinstance(current, str) and self.tag in current
+
+    def unwrite(self, token: Any, saved: Any) -> None:
+        current = self.read()
+        if current == saved + self.tag:
+            self.write(saved)  # the exact object that was there
+        else:
+            self.write(current.replace(self.tag, "", 1))
+
+    def describe(self) -> str:
+        return f"{self.owner_name}.{self.attr}"
+
+
+@dataclasses.dataclass(eq=False)
+class DispatcherKernel(Slot):
+    """The kernel of one aten overload for one dispatch key (here: Meta).
+
+    The dispatcher stacks registrations: destroying ours brings the previous
+    kernel back, so ``read`` has no object to return and restoring is done by
+    ``unwrite``.  ``torch.library`` also keeps a set of keys registered from
+    Python; we put it back as it was.
+    """
+
+    qualname: str  # e.g. "addmm.dtype"
+    dispatch_key: str = "Meta"
+
+    @property
+    def _impls_key(self) -> str:
+        return f"aten/{self.qualname}/{self.dispatch_key}"
+
+    def read(self) -> Any:
+        import torch
+
+        has = torch._C._dispatch_has_kernel_for_dispatch_key(
+            f"aten::{self.qualname}", self.dispatch_key
+        )
+        return f"<{'a' if has else 'no'} {self.dispatch_key} kernel>"
+
+    def write(self, value: Any) -> Any:
+        import torch
+
+        impls = torch.library._impls
+        had_key = self._impls_key in impls
+        lib = torch.library.Library("aten", "IMPL", self.dispatch_key)
+        with warnings.catch_warnings():
+            # The dispatcher warns that we override the kernel: that is the point.
+            warnings.simplefilter("ignore")
+            lib.impl(self.qualname, value, self.dispatch_key, allow_override=True)
+        return (lib, had_key)
+
+    def unwrite(self, token: Any, saved: Any) -> None:
+        import torch
+
+        lib, had_key = token
+        lib._destroy()
+        if had_key:
+            torch.library._impls.add(self._impls_key)
+
+    def describe(self) -> str:
+        return f"dispatcher[aten::{self.qualname}, {self.dispatch_key}]"
+
+
+@dataclasses.dataclass(eq=False)
+class Patch:
+    """One change to torch: where, what, and why."""
+
+    name: str  # stable id, e.g. "tier2.lowering.addmm.dtype"
+    tier: str  # "core" (Tier 1) or "inductor" (Tier 2) or "cache"
+    slot: Slot
+    replacement: Any  # the new object, or a callable(old) -> new when derive=True
+    why: str  # what is broken in stock torch
+    obsolete_when: str  # the upstream change that makes this patch unnecessary
+    derive: bool = False
+
+    def new_value(self, old: Any) -> Any:
+        return self.replacement(old) if self.derive else self.replacement
+
+
+@dataclasses.dataclass
+class _Applied:
+    patch: Patch
+    saved: Any
+    installed: Any
+    token: Any
+
+
+class Registry:
+    """Applies patches all-or-nothing and restores exactly what was there."""
+
+    def __init__(self, after_change: Iterable[Callable[[], None]] = ()):
+        self._lock = threading.RLock()
+        self._applied: list[_Applied] = []
+        self._after_change = list(after_change)
+
+    @property
+    def lock(self) -> threading.RLock:
+        return self._lock
+
+    def applied(self) -> list[Patch]:
+        with self._lock:
+            return [a.patch for a in self._applied]
+
+    def saved_value(self, name: str) -> Any:
+        """The object a patch replaced (``ABSENT`` if none); KeyError if not applied."""
+        with self._lock:
+            for a in self._applied:
+                if a.patch.name == name:
+                    return a.saved
+        raise KeyError(name)
+
+    def apply(self, patches: Iterable[Patch]) -> None:
+        """Apply every patch, or none: a failure rolls back the ones already made."""
+        with self._lock:
+            done: list[_Applied] = []
+            try:
+                for patch in patches:
+                    saved = patch.slot.read()
+                    new = patch.new_value(saved)
+                    token = patch.slot.write(new)
+                    done.append(_Applied(patch, saved, new, token))
+                    log.debug("applied %s at %s", patch.name, patch.slot.describe())
+            except BaseException:
+                self._undo(done)
+                self._notify()
+                raise
+            self._applied.extend(done)
+            self._notify()
+
+    def restore(self, only: Iterable[Patch] | None = None) -> list[str]:
+        """Undo the applied patches (all, or ``only`` those), newest first.
+
+        Returns one message per slot that someone else changed after us: such a
+        slot is left as it is."""
+        with self._lock:
+            if only is None:
+                chosen, kept = self._applied, []
+            else:
+                ids = {id(p) for p in only}
+                chosen = [a for a in self._applied if id(a.patch) in ids]
+                kept = [a for a in self._applied if id(a.patch) not in ids]
+            problems = self._undo(list(chosen))
+            self._applied = kept
+            self._notify()
+            return problems
+
+    def _undo(self, applied: list[_Applied]) -> list[str]:
+        problems = []
+        for a in reversed(applied):
+            slot = a.patch.slot
+            if isinstance(slot, DispatcherKernel):
+                slot.unwrite(a.token, a.saved)
+                continue
+            current = slot.read()
+            if not slot.still_ours(current, a.installed):
+                problems.append(
+                    f"{slot.describe()} was changed by someone else after "
+                    f"{a.patch.name} was applied; left as it is"
+                )
+                continue
+            slot.unwrite(a.token, a.saved)
+        return problems
+
+    def _notify(self) -> None:
+        for hook in self._after_change:
+            with contextlib.suppress(Exception):
+                hook()

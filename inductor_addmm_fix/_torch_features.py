@@ -1,0 +1,159 @@
+"""Probes of the installed torch: what it has and what it gets wrong.
+
+Every patch is gated on a probe of behaviour or signature, never on a version
+number alone; the version is reported for humans.  Probes never raise: a probe
+that cannot answer says so, and the plan treats that as "torch looks different
+from what we know", which makes ``install()`` warn and leave torch untouched.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable
+
+import torch
+
+aten = torch.ops.aten
+
+#: The four ops whose ``.dtype`` / ``.dtype_out`` overloads this package fixes.
+FAMILY = ("mm", "bmm", "addmm", "baddbmm")
+
+
+def torch_version() -> str:
+    return str(torch.__version__)
+
+
+def torch_release() -> tuple[int, ...]:
+    """The release tuple of the installed torch, e.g. (2, 13, 0); for reports only."""
+    from packaging.version import Version
+
+    return Version(torch.__version__.split("+")[0]).release
+
+
+def has_out_dtype_overloads() -> bool:
+    """Whether this torch has the ``.dtype``/``.dtype_out`` overloads (2.8 and later)."""
+    try:
+        return all(
+            {"dtype", "dtype_out"} <= set(getattr(aten, name).overloads()) for name in FAMILY
+        )
+    except Exception:
+        return False
+
+
+def overload(name: str, which: str = "dtype") -> torch._ops.OpOverload:
+    return getattr(getattr(aten, name), which)
+
+
+def takes_parameter(fn: Callable[..., Any], parameter: str) -> bool | None:
+    """Whether ``fn`` (seen through functools.wraps) has a parameter of that name."""
+    try:
+        return parameter in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return None
+
+
+def _meta_operands(name: str) -> tuple[Any, ...]:
+    """Small meta-device operands for one overload of the family, bf16 -> fp32."""
+    bf16 = dict(device="meta", dtype=torch.bfloat16)
+    if name == "mm":
+        return (torch.empty(2, 3, **bf16), torch.empty(3, 4, **bf16), torch.float32)
+    if name == "bmm":
+        return (torch.empty(5, 2, 3, **bf16), torch.empty(5, 3, 4, **bf16), torch.float32)
+    if name == "addmm":
+        return (
+            torch.empty(2, 4, device="meta", dtype=torch.float32),
+            torch.empty(2, 3, **bf16),
+            torch.empty(3, 4, **bf16),
+            torch.float32,
+        )
+    if name == "baddbmm":
+        return (
+            torch.empty(5, 2, 4, device="meta", dtype=torch.float32),
+            torch.empty(5, 2, 3, **bf16),
+            torch.empty(5, 3, 4, **bf16),
+            torch.float32,
+        )
+    raise ValueError(name)
+
+
+def _gives_fp32(fn: Callable[..., Any], name: str) -> bool:
+    try:
+        out = fn(*_meta_operands(name))
+    except Exception:
+        return False
+    return isinstance(out, torch.Tensor) and out.dtype == torch.float32
+
+
+def meta_kernel_works(name: str) -> bool:
+    """Whether ``aten.<name>.dtype`` runs on meta tensors and returns fp32.
+
+    FakeTensor (hence Dynamo tracing) uses this kernel.  On 2.8-2.12 the meta
+    kernel of ``addmm.dtype`` is the legacy packet decomposition (out_dtype lands
+    in ``beta``); ``baddbmm.dtype`` is broken the same way in every release;
+    ``mm.dtype`` fails on 2.8/2.9 because ``meta_mm`` takes no ``out_dtype``.
+    """
+    from torch._dispatch.python import enable_python_dispatcher
+
+    op = overload(name)
+    if not _gives_fp32(op, name):
+        return False
+    with enable_python_dispatcher():  # Dynamo traces with it on: op.py_kernels[Meta]
+        return _gives_fp32(op, name)
+
+
+def core_decomposition(name: str) -> Any:
+    from torch._decomp import decomposition_table
+
+    return decomposition_table.get(overload(name))
+
+
+def core_decomposition_works(name: str) -> bool | None:
+    """Whether the core decomposition of ``aten.<name>.dtype`` keeps out_dtype.
+
+    None when there is no such decomposition (nothing to fix)."""
+    fn = core_decomposition(name)
+    if fn is None:
+        return None
+    return _gives_fp32(fn, name)
+
+
+def is_packet_wide(table: dict, name: str) -> bool:
+    """Whether ``table`` maps ``aten.<name>.dtype`` to the very object registered
+    for ``aten.<name>.default``: a packet-wide entry that knows nothing of out_dtype."""
+    entry = table.get(overload(name))
+    return entry is not None and entry is table.get(overload(name, "default"))
+
+
+def inductor_kernel_takes_out_dtype(name: str) -> bool | None:
+    """Whether Inductor's ``tuned_<name>`` accepts ``out_dtype`` (mm: 2.10+, bmm: 2.8+)."""
+    try:
+        if name == "mm":
+            from torch._inductor.kernel.mm import tuned_mm as fn
+        else:
+            from torch._inductor.kernel.bmm import tuned_bmm as fn
+    except Exception:
+        return None
+    return takes_parameter(fn, "out_dtype")
+
+
+def eager_kernel_devices(name: str) -> frozenset[str]:
+    """Device types with an eager kernel for ``aten.<name>.dtype`` (CUDA; XPU from 2.11)."""
+    keys = {"cuda": "CUDA", "xpu": "XPU"}
+    found = set()
+    for device, key in keys.items():
+        try:
+            if torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{name}.dtype", key):
+                found.add(device)
+        except Exception:
+            pass
+    return frozenset(found)
+
+
+def cache_key_tag_supported() -> bool:
+    """Whether ``torch.compiler.config.cache_key_tag`` exists (2.8-2.15 have it)."""
+    try:
+        import torch.compiler.config as cfg
+
+        return isinstance(getattr(cfg, "cache_key_tag", None), str)
+    except Exception:
+        return False

@@ -1,0 +1,133 @@
+"""Tier 2b: Inductor lowerings for the ``.dtype`` overloads of mm, bmm, addmm, baddbmm.
+
+Inductor registers ``tuned_addmm`` and ``tuned_baddbmm`` on the whole packet; they
+take no ``out_dtype``.  ``tuned_mm`` takes it from 2.10 and ``tuned_bmm`` from 2.8,
+but both allow it on CUDA/XPU only.  The lowerings here handle the ``.dtype``
+overloads on every device:
+
+* the matrix product goes to one of three named choices (below);
+* ``addmm``/``baddbmm`` accumulate the product in fp32 for fp16/bf16 operands
+  (as cuBLAS does), then apply ``alpha * acc + beta * self`` as a pointwise
+  epilogue that Inductor fuses, and round once to ``out_dtype``.
+
+``.dtype_out`` never reaches Inductor: AOTAutograd functionalizes it into
+``.dtype`` followed by ``copy_`` into the ``out=`` buffer.
+
+Each lowering counts its choice in ``torch._dynamo.utils.counters["inductor_addmm_fix"]``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+from torch._dynamo.utils import counters
+from torch._inductor import lowering as L
+
+from ._torch_features import eager_kernel_devices, inductor_kernel_takes_out_dtype
+from .tier1_core_decompositions import check_out_dtype
+
+aten = torch.ops.aten
+COUNTER = "inductor_addmm_fix"
+
+_LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+# Named choices for the matrix product with out_dtype.
+STOCK_TEMPLATE = "stock_tuned_kernel"  # Inductor's tuned_mm / tuned_bmm with out_dtype (cuBLAS)
+EAGER_KERNEL = "eager_kernel"  # the eager aten kernel as an extern call (mm on 2.8/2.9, XPU)
+UPCAST_PRODUCT = "upcast_product"  # operands cast to out_dtype, then Inductor's plain mm/bmm
+
+
+def accumulator_dtype(input_dtype: torch.dtype, out_dtype: torch.dtype) -> torch.dtype:
+    """fp16/bf16 products accumulate in fp32, as cuBLAS does; others in out_dtype."""
+    return torch.float32 if input_dtype in _LOW_PRECISION else out_dtype
+
+
+def _count(op: str, choice: str) -> None:
+    counters[COUNTER][f"{op}:{choice}"] += 1
+
+
+def _check_operands(op: str, mat1, mat2, out_dtype) -> None:
+    torch._check(
+        mat1.get_dtype() == mat2.get_dtype(),
+        lambda: f"{op}: operands must have the same dtype, but got "
+        f"{mat1.get_dtype()} and {mat2.get_dtype()}",
+    )
+    check_out_dtype(mat1.get_dtype(), out_dtype)
+
+
+def make_product_lowering(name: str, stock: Callable[..., Any] | None) -> Callable[..., Any]:
+    """The lowering of ``aten.<name>.dtype`` (name is "mm" or "bmm").
+
+    ``stock`` is the lowering that was registered for it (the packet-wide one)."""
+    op = f"{name}.dtype"
+    plain = getattr(aten, name).default
+    stock_takes_out_dtype = stock is not None and bool(inductor_kernel_takes_out_dtype(name))
+    eager_devices = eager_kernel_devices(name)
+    eager_kernel = L.fallback_handler(getattr(aten, name).dtype, add_to_fallback_set=False)
+
+    def product_dtype(mat1, mat2, out_dtype):
+        _check_operands(op, mat1, mat2, out_dtype)
+        device = mat1.get_device().type
+        if device == "cuda" and stock_takes_out_dtype:
+            _count(op, STOCK_TEMPLATE)
+            return stock(mat1, mat2, out_dtype)
+        if device in eager_devices:
+            _count(op, EAGER_KERNEL)
+            return eager_kernel(mat1, mat2, out_dtype)
+        _count(op, UPCAST_PRODUCT)
+        return L.lowerings[plain](L.to_dtype(mat1, out_dtype), L.to_dtype(mat2, out_dtype))
+
+    product_dtype.__name__ = f"tuned_{name}_dtype"
+    product_dtype.__doc__ = (
+        f"{op}: Inductor's tuned_{name} on CUDA, the eager kernel where that lacks "
+        f"out_dtype, an upcast {name} on devices with no out_dtype kernel (CPU)."
+    )
+    return product_dtype
+
+
+def _epilogue(acc, inp, out_dtype: torch.dtype, beta, alpha):
+    """alpha * acc + beta * inp in the accumulator's dtype, rounded once to out_dtype."""
+    if alpha != 1:
+        acc = L.lowerings[aten.mul](acc, alpha)
+    if beta != 0:  # beta == 0 ignores inp, NaN included, as eager does
+        bias = L.to_dtype(inp, acc.get_dtype())
+        if beta != 1:
+            bias = L.lowerings[aten.mul](bias, beta)
+        acc = L.lowerings[aten.add](acc, bias)
+    return L.to_dtype(acc, out_dtype)
+
+
+def _check_bias(op: str, inp, mat1, out_dtype) -> None:
+    torch._check(
+        inp.get_dtype() in (mat1.get_dtype(), out_dtype),
+        lambda: f"{op}: self must have the dtype of the operands ({mat1.get_dtype()}) "
+        f"or out_dtype ({out_dtype}), but got {inp.get_dtype()}",
+    )
+
+
+def make_accumulate_lowering(name: str, product: str) -> Callable[..., Any]:
+    """The lowering of ``aten.<name>.dtype`` (addmm or baddbmm) on top of ``<product>.dtype``."""
+    op = f"{name}.dtype"
+    product_op = getattr(aten, product).dtype
+
+    def accumulate_dtype(inp, mat1, mat2, out_dtype, *, beta=1, alpha=1):
+        _check_operands(op, mat1, mat2, out_dtype)
+        _check_bias(op, inp, mat1, out_dtype)
+        _count(op, "product_then_epilogue")
+        acc = L.lowerings[product_op](mat1, mat2, accumulator_dtype(mat1.get_dtype(), out_dtype))
+        return _epilogue(acc, inp, out_dtype, beta, alpha)
+
+    accumulate_dtype.__name__ = f"tuned_{name}_dtype"
+    accumulate_dtype.__doc__ = (
+        f"{op}: {product}.dtype accumulating in fp32 for fp16/bf16, then "
+        "alpha * acc + beta * self as a fused pointwise epilogue, rounded once to out_dtype."
+    )
+    return accumulate_dtype
+
+
+def as_registered_lowering(op: torch._ops.OpOverload, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Wrap ``fn`` the way ``register_lowering`` does, without touching ``lowerings``."""
+    scratch: dict = {}
+    L.register_lowering(op, type_promotion_kind=None, lowering_dict=scratch)(fn)
+    return scratch[op]
