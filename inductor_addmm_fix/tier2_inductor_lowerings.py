@@ -18,6 +18,7 @@ Each lowering counts its choice in ``torch._dynamo.utils.counters["inductor_addm
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Callable
 
 import torch
@@ -62,7 +63,9 @@ def make_product_lowering(name: str, stock: Callable[..., Any] | None) -> Callab
     ``stock`` is the lowering that was registered for it (the packet-wide one)."""
     op = f"{name}.dtype"
     plain = getattr(aten, name).default
-    stock_takes_out_dtype = stock is not None and bool(inductor_kernel_takes_out_dtype(name))
+    # tuned_bmm takes out_dtype from 2.8, but on 2.8 its max-autotune path asserts
+    # on it; trust Inductor's kernels only where tuned_mm takes it too (2.10+).
+    stock_takes_out_dtype = stock is not None and bool(inductor_kernel_takes_out_dtype("mm"))
     eager_devices = eager_kernel_devices(name)
     eager_kernel = L.fallback_handler(getattr(aten, name).dtype, add_to_fallback_set=False)
 
@@ -106,6 +109,29 @@ def _check_bias(op: str, inp, mat1, out_dtype) -> None:
     )
 
 
+class _ProductNodeView:
+    """The FX node of addmm/baddbmm seen as the node of its product (mm/bmm).
+
+    Inductor's CPU ``tuned_bmm`` reads its operands' FX metadata from
+    ``V.graph.current_node.args[0:2]``; inside baddbmm those are (self, batch1)."""
+
+    def __init__(self, node):
+        self._node = node
+        self.args = tuple(node.args[1:3])
+
+    def __getattr__(self, name):
+        return getattr(self._node, name)
+
+
+def _as_product_node():
+    from torch._inductor.virtualized import V
+
+    node = getattr(V.graph, "current_node", None)
+    if node is None or not hasattr(V.graph, "set_current_node"):
+        return contextlib.nullcontext()
+    return V.graph.set_current_node(_ProductNodeView(node))
+
+
 def make_accumulate_lowering(name: str, product: str) -> Callable[..., Any]:
     """The lowering of ``aten.<name>.dtype`` (addmm or baddbmm) on top of ``<product>.dtype``."""
     op = f"{name}.dtype"
@@ -115,7 +141,8 @@ def make_accumulate_lowering(name: str, product: str) -> Callable[..., Any]:
         _check_operands(op, mat1, mat2, out_dtype)
         _check_bias(op, inp, mat1, out_dtype)
         _count(op, "product_then_epilogue")
-        acc = L.lowerings[product_op](mat1, mat2, accumulator_dtype(mat1.get_dtype(), out_dtype))
+        with _as_product_node():
+            acc = L.lowerings[product_op](mat1, mat2, accumulator_dtype(mat1.get_dtype(), out_dtype))
         return _epilogue(acc, inp, out_dtype, beta, alpha)
 
     accumulate_dtype.__name__ = f"tuned_{name}_dtype"

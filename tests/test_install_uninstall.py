@@ -1,0 +1,116 @@
+"""install() is idempotent; uninstall() restores exactly what was there and the
+stock failure comes back; status() says what was applied and why."""
+
+import pytest
+import torch
+
+import inductor_addmm_fix as fix
+from cases import OPS_BY_NAME, eager_fn, make_operands
+
+# Stock failures we know, per torch release (the repro script uses the same list).
+STOCK_FAILURES = (
+    "tuned_addmm() takes 3 positional arguments but 4 were given",  # Tier 2 (2.13+)
+    "unsupported operand type(s) for *: 'torch.dtype'",  # Tier 1 (2.8-2.12)
+    "unsupported operand type(s) for *: 'FakeTensor' and 'torch.dtype'",
+)
+
+
+def tables_snapshot():
+    """Every slot the plugin may touch, by identity."""
+    from torch._decomp import decomposition_table, meta_table
+    from torch._inductor.decomposition import decompositions
+    from torch._inductor.lowering import lowerings
+
+    snap = {}
+    for name in ("mm", "bmm", "addmm", "baddbmm"):
+        for which in ("dtype", "dtype_out"):
+            op = getattr(getattr(torch.ops.aten, name), which)
+            for label, table in [
+                ("decomp", decomposition_table),
+                ("meta", meta_table),
+                ("inductor", decompositions),
+                ("lowering", lowerings),
+                ("py_kernels", op.py_kernels),
+            ]:
+                key = torch._C.DispatchKey.Meta if label == "py_kernels" else op
+                snap[(label, str(op))] = id(table[key]) if key in table else None
+    snap["cache_key_tag"] = torch.compiler.config.cache_key_tag
+    return snap
+
+
+def compile_addmm():
+    op = OPS_BY_NAME["addmm"]
+    operands = make_operands(op, 8, 16, 12, torch.bfloat16, bias_dtype=torch.float32)
+    return torch.compile(eager_fn(op, out_dtype=torch.float32), backend="inductor", fullgraph=True)(*operands)
+
+
+def test_import_installs_the_fix_on_both_tiers():
+    import torch._inductor.compile_fx  # noqa: F401  (Tier 2 waits for Inductor)
+
+    status = fix.status()
+    assert fix.is_installed() and status.installed
+    assert status.tiers == {"core": "applied", "inductor": "applied"}
+    applied = {p.name for p in status.patches if p.applied}
+    assert "inductor.lowering.addmm.dtype" in applied
+    assert "core.meta.baddbmm.dtype" in applied  # broken in every release up to 2.15
+
+
+def test_uninstall_restores_every_slot_exactly():
+    fix.uninstall()
+    stock = tables_snapshot()
+    fix.install()
+    assert tables_snapshot() != stock
+    fix.uninstall()
+    assert tables_snapshot() == stock
+
+
+def test_uninstall_brings_the_stock_failure_back():
+    fix.uninstall()
+    torch._dynamo.reset()
+    with pytest.raises(Exception) as failure:
+        compile_addmm()
+    assert any(known in str(failure.value) for known in STOCK_FAILURES), str(failure.value)[:500]
+    fix.install()
+    torch._dynamo.reset()
+    assert compile_addmm().dtype == torch.float32
+
+
+def test_install_twice_is_harmless():
+    before = tables_snapshot()
+    first = fix.install()
+    second = fix.install()
+    assert tables_snapshot() == before
+    assert first == second
+    assert compile_addmm().dtype == torch.float32
+
+
+def test_many_install_uninstall_cycles_leave_stock_tables():
+    fix.uninstall()
+    stock = tables_snapshot()
+    for _ in range(50):
+        fix.install()
+        fix.uninstall()
+    assert tables_snapshot() == stock
+
+
+def test_uninstall_removes_only_its_own_cache_key_tag():
+    fix.uninstall()
+    original = torch.compiler.config.cache_key_tag
+    fix.install()
+    assert "inductor_addmm_fix=" in torch.compiler.config.cache_key_tag
+    torch.compiler.config.cache_key_tag += ";user-tag"
+    try:
+        fix.uninstall()
+        assert torch.compiler.config.cache_key_tag == original + ";user-tag"
+    finally:
+        torch.compiler.config.cache_key_tag = original
+
+
+def test_status_names_each_patch_with_reason_and_retiring_upstream_change():
+    status = fix.status()
+    assert status.torch_version == torch.__version__
+    for patch in status.patches:
+        assert patch.reason and patch.obsolete_when
+    text = str(status)
+    assert "inductor.lowering.addmm.dtype" in text and "applied" in text
+    assert fix.status().as_dict()["installed"] is True
