@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Runs the GPU checks on the device machine (H200, torch 2.11) in one call and
+# writes logs and a summary under $OUT.  Usage (from the repo root):
+#   bash tests/gpu/run_on_device.sh [family] [repro] [liger085] [liger081] [name='shell command'...]
+# The device allows 600 s a call: pick steps that fit.
+set -u
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-cache
+export PYTHONPATH="$PWD:$PWD/tests"
+summary="$OUT/summary.txt"; : > "$summary"
+install_liger() {  # $1 = version
+  rm -rf /tmp/site-$1
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site-$1 .whl/liger_kernel-$1-*.whl
+}
+step() {  # name, timeout, command...
+  local name=$1 t=$2; shift 2
+  local start=$(date +%s)
+  timeout "$t" "$@" > "$OUT/$name.log" 2>&1; local rc=$?
+  echo "$name rc=$rc $(( $(date +%s) - start ))s :: $(grep -E '^Result:|passed|failed|error' "$OUT/$name.log" | tail -n 2 | tr '\n' ' ')" | tee -a "$summary"
+}
+python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__, torch.cuda.get_device_name())' | tee -a "$summary"
+for what in "$@"; do
+  case "$what" in
+    family) step family 420 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_cuda_family.py --maxfail=40 --tb=line ;;
+    repro)
+      install_liger 0.8.5
+      step repro-addmm-without 300 python3 repro/flce_addmm_out_dtype.py --without-plugin --no-liger
+      step repro-addmm-with 300 python3 repro/flce_addmm_out_dtype.py --no-liger
+      PYTHONPATH="$PYTHONPATH:/tmp/site-0.8.5" step repro-liger-without 300 python3 repro/flce_addmm_out_dtype.py --without-plugin
+      PYTHONPATH="$PYTHONPATH:/tmp/site-0.8.5" step repro-liger-with 300 python3 repro/flce_addmm_out_dtype.py ;;
+    liger085) install_liger 0.8.5
+      PYTHONPATH="$PYTHONPATH:/tmp/site-0.8.5" step liger-0.8.5 540 python3 -m pytest -q -p no:cacheprovider -rA tests/gpu/test_liger_flce.py --tb=short ;;
+    liger081) install_liger 0.8.1
+      PYTHONPATH="$PYTHONPATH:/tmp/site-0.8.1" step liger-0.8.1 540 python3 -m pytest -q -p no:cacheprovider -rA tests/gpu/test_liger_flce.py --tb=short ;;
+    *=*) step "${what%%=*}" 540 bash -c "${what#*=}" ;;
+    *) echo "unknown step $what" | tee -a "$summary" ;;
+  esac
+done
+cat "$summary"

@@ -1,0 +1,220 @@
+"""Unmodified Liger-Kernel FusedLinearCrossEntropy (and 0.8.5's fused linear JSD
+and KL-div) compiled with Inductor and the plugin: same losses and gradients as
+eager, and the out_dtype matmul provably lowered by Inductor."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+
+import pytest
+import torch
+from torch._dynamo.utils import counters
+
+from inductor_addmm_fix.tier2_inductor_lowerings import COUNTER
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+liger = pytest.importorskip("liger_kernel.transformers.functional", reason="needs liger-kernel")
+from liger_kernel.transformers import LigerFusedLinearCrossEntropyLoss  # noqa: E402
+
+SMALL = (4, 47, 31, 123)  # ragged chunking
+REALISTIC = (8, 128, 1024, 4096)
+
+# Liger's own FLCE test tolerances (test/transformers/test_fused_linear_cross_entropy.py).
+TOLERANCE = {torch.bfloat16: dict(atol=5e-2, rtol=5e-2), torch.float16: dict(atol=1e-2, rtol=1e-2), torch.float32: dict(atol=1e-5, rtol=5e-4)}
+
+
+@pytest.fixture(autouse=True)
+def capture_scalars():
+    with torch._dynamo.config.patch(capture_scalar_outputs=True):
+        yield
+
+
+@dataclasses.dataclass
+class Case:
+    shape: tuple = SMALL
+    dtype: torch.dtype = torch.bfloat16  # operands
+    weight_dtype: torch.dtype | None = None  # default: dtype
+    autocast: torch.dtype | None = None
+    bias: bool = False
+    ce_weight: bool = False
+    label_smoothing: float = 0.0
+    lse_square_scale: float = 0.0
+    softcap: float | None = None
+    reduction: str = "mean"
+    accum_dtype: torch.dtype | None = torch.float32
+    api: str = "functional"  # or "module"
+    no_grad: bool = False
+    mode: str | None = None
+    dynamic: bool = False
+
+
+def make_inputs(case: Case):
+    b, t, h, v = case.shape
+    x = torch.randn(b * t, h, device="cuda", dtype=case.dtype, requires_grad=True)
+    w = torch.randn(v, h, device="cuda", dtype=case.weight_dtype or case.dtype).mul_(h**-0.5).requires_grad_()
+    target = torch.randint(v, (b * t,), device="cuda")
+    target[::7] = -100  # ignored tokens
+    bias = torch.randn(v, device="cuda", dtype=w.dtype, requires_grad=True) if case.bias else None
+    ce_weight = torch.rand(v, device="cuda", dtype=torch.float32) if case.ce_weight else None
+    return x, w, target, bias, ce_weight
+
+
+def loss_fn(case: Case, ce_weight):
+    kwargs = dict(
+        ce_weight=ce_weight,
+        label_smoothing=case.label_smoothing,
+        lse_square_scale=case.lse_square_scale,
+        softcap=case.softcap,
+        reduction=case.reduction,
+        accum_dtype=case.accum_dtype,
+    )
+    if case.api == "module":
+        module = LigerFusedLinearCrossEntropyLoss(**kwargs)
+        return lambda x, w, t, b: module(w, x, t, b)
+    return lambda x, w, t, b: liger.liger_fused_linear_cross_entropy(x, w, t, b, **kwargs)
+
+
+def run(case: Case, fn, tensors):
+    x, w, target, bias, _ = tensors
+    for t in (x, w, bias):
+        if t is not None:
+            t.grad = None
+    ctx = torch.autocast("cuda", dtype=case.autocast) if case.autocast else torch.autocast("cuda", enabled=False)
+    if case.no_grad:
+        with torch.no_grad(), ctx:
+            return [fn(x, w, target, bias).detach()]
+    with ctx:
+        loss = fn(x, w, target, bias)
+    loss.backward()
+    return [loss.detach()] + [t.grad for t in (x, w, bias) if t is not None]
+
+
+def compare(case: Case, compiled_outs, eager_outs):
+    exact = all(torch.equal(c, e) for c, e in zip(compiled_outs, eager_outs))
+    if not exact:
+        tol = TOLERANCE[case.autocast or case.dtype]
+        for name, c, e in zip(["loss", "grad_x", "grad_w", "grad_bias"], compiled_outs, eager_outs):
+            assert c.dtype == e.dtype, name
+            torch.testing.assert_close(c, e, **tol, msg=lambda m, name=name: f"{name}: {m}")
+    return exact
+
+
+def check(case: Case, expect_out_dtype_matmul=True, calls=2):
+    tensors = make_inputs(case)
+    fn = loss_fn(case, tensors[4])
+    eager = run(case, fn, tensors)
+    options = {"mode": case.mode} if case.mode else {}
+    compiled_fn = torch.compile(fn, dynamic=case.dynamic, **options)
+    counters[COUNTER].clear()
+    with torch._inductor.config.patch(force_disable_caches=True):
+        results = [run(case, compiled_fn, tensors) for _ in range(calls)]
+    lowered = sum(n for k, n in counters[COUNTER].items() if k.startswith("addmm.dtype:"))
+    if expect_out_dtype_matmul:
+        assert lowered >= 1, f"the out_dtype addmm did not reach Inductor: {dict(counters[COUNTER])}"
+    exact = [compare(case, r, eager) for r in results]
+    return exact, lowered
+
+
+FLCE_CASES = {
+    "bf16": Case(),
+    "fp16": Case(dtype=torch.float16),
+    "bf16-sum": Case(reduction="sum"),
+    "fp16-sum": Case(dtype=torch.float16, reduction="sum"),
+    "module-bf16": Case(api="module"),
+    "module-fp16-sum": Case(api="module", dtype=torch.float16, reduction="sum"),
+    "fp32-weights-autocast-bf16": Case(dtype=torch.float32, autocast=torch.bfloat16, accum_dtype=None),
+    "fp32-weights-autocast-fp16": Case(dtype=torch.float32, autocast=torch.float16, accum_dtype=None),
+    "bias": Case(bias=True),
+    "class-weights": Case(ce_weight=True),
+    "label-smoothing": Case(label_smoothing=0.1),
+    "z-loss": Case(lse_square_scale=1e-4),
+    "softcap": Case(softcap=30.0),
+    "realistic-bf16": Case(shape=REALISTIC),
+    "realistic-fp16-sum": Case(shape=REALISTIC, dtype=torch.float16, reduction="sum"),
+}
+
+
+@pytest.mark.parametrize("case", FLCE_CASES.values(), ids=FLCE_CASES.keys())
+def test_flce_compiled_matches_eager(case):
+    exact, lowered = check(case)
+    print(f"exact={exact} lowered={lowered}")
+
+
+def test_flce_forward_under_no_grad_with_inputs_requiring_grad():
+    exact, lowered = check(Case(no_grad=True))
+    print(f"exact={exact} lowered={lowered}")
+
+
+MODES = {
+    "default": Case(),
+    "max-autotune": Case(mode="max-autotune"),
+    "reduce-overhead": Case(mode="reduce-overhead"),
+    "dynamic": Case(dynamic=True),
+}
+
+
+@pytest.mark.parametrize("case", MODES.values(), ids=MODES.keys())
+def test_flce_compile_modes(case):
+    exact, lowered = check(case, calls=3)
+    print(f"exact={exact} lowered={lowered}")
+
+
+def _has(name, param=None):
+    fn = getattr(liger, name, None)
+    return fn is not None and (param is None or param in inspect.signature(fn).parameters)
+
+
+@pytest.mark.skipif(not _has("liger_fused_linear_jsd", "accum_dtype"), reason="this Liger's JSD has no accum_dtype")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_fused_linear_jsd_matches_eager(dtype):
+    bt, h, v = 4 * 47, 31, 123
+    s_x = torch.randn(bt, h, device="cuda", dtype=dtype, requires_grad=True)
+    s_w = (torch.randn(v, h, device="cuda", dtype=dtype) * h**-0.5).requires_grad_()
+    t_x = torch.randn(bt, h, device="cuda", dtype=dtype)
+    t_w = torch.randn(v, h, device="cuda", dtype=dtype) * h**-0.5
+
+    def fn(s_x, s_w):
+        return liger.liger_fused_linear_jsd(s_x, s_w, t_x, t_w, accum_dtype=torch.float32)
+
+    def run_once(f):
+        s_x.grad = s_w.grad = None
+        loss = f(s_x, s_w)
+        loss.backward()
+        return [loss.detach(), s_x.grad, s_w.grad]
+
+    eager = run_once(fn)
+    counters[COUNTER].clear()
+    with torch._inductor.config.patch(force_disable_caches=True):
+        compiled = run_once(torch.compile(fn))
+    assert sum(counters[COUNTER].values()) >= 1, dict(counters[COUNTER])
+    for c, e in zip(compiled, eager):
+        if not torch.equal(c, e):
+            torch.testing.assert_close(c, e, **TOLERANCE[dtype])
+
+
+@pytest.mark.skipif(not _has("liger_fused_linear_kl_div", "accum_dtype"), reason="this Liger has no fused_linear_kl_div")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_fused_linear_kl_div_matches_eager(dtype):
+    bt, h, v = 4 * 47, 31, 123
+    x = torch.randn(bt, h, device="cuda", dtype=dtype, requires_grad=True)
+    w = (torch.randn(v, h, device="cuda", dtype=dtype) * h**-0.5).requires_grad_()
+    target = torch.log_softmax(torch.randn(bt, v, device="cuda"), dim=-1).to(dtype)
+
+    def fn(x, w):
+        return liger.liger_fused_linear_kl_div(x, w, target, accum_dtype=torch.float32)
+
+    def run_once(f):
+        x.grad = w.grad = None
+        loss = f(x, w)
+        loss.backward()
+        return [loss.detach(), x.grad, w.grad]
+
+    eager = run_once(fn)
+    counters[COUNTER].clear()
+    with torch._inductor.config.patch(force_disable_caches=True):
+        compiled = run_once(torch.compile(fn))
+    assert sum(v for k, v in counters[COUNTER].items() if k.startswith("addmm.dtype")) >= 1, dict(counters[COUNTER])
+    for c, e in zip(compiled, eager):
+        if not torch.equal(c, e):
+            torch.testing.assert_close(c, e, **TOLERANCE[dtype])
