@@ -6,9 +6,10 @@ but both allow it on CUDA/XPU only.  The lowerings here handle the ``.dtype``
 overloads on every device:
 
 * the matrix product goes to one of three named choices (below);
-* ``addmm``/``baddbmm`` accumulate the product in fp32 for fp16/bf16 operands
-  (as cuBLAS does), then apply ``alpha * acc + beta * self`` as a pointwise
-  epilogue that Inductor fuses, and round once to ``out_dtype``.
+* ``addmm``/``baddbmm`` with an fp32 result take the fp32 product, then apply
+  ``alpha * acc + beta * self`` as a pointwise epilogue that Inductor fuses;
+* with ``out_dtype`` equal to the input dtype an overload *is* its default
+  overload, and goes to Inductor's own lowering of that (eager does the same).
 
 ``.dtype_out`` never reaches Inductor: AOTAutograd functionalizes it into
 ``.dtype`` followed by ``copy_`` into the ``out=`` buffer.
@@ -31,17 +32,12 @@ from .tier1_core_decompositions import check_out_dtype
 aten = torch.ops.aten
 COUNTER = "inductor_addmm_fix"
 
-_LOW_PRECISION = (torch.float16, torch.bfloat16)
-
 # Named choices for the matrix product with out_dtype.
 STOCK_TEMPLATE = "stock_tuned_kernel"  # Inductor's tuned_mm / tuned_bmm with out_dtype (cuBLAS)
 EAGER_KERNEL = "eager_kernel"  # the eager aten kernel as an extern call (mm on 2.8/2.9, XPU)
 UPCAST_PRODUCT = "upcast_product"  # operands cast to out_dtype, then Inductor's plain mm/bmm
-
-
-def accumulator_dtype(input_dtype: torch.dtype, out_dtype: torch.dtype) -> torch.dtype:
-    """fp16/bf16 products accumulate in fp32, as cuBLAS does; others in out_dtype."""
-    return torch.float32 if input_dtype in _LOW_PRECISION else out_dtype
+SAME_DTYPE = "same_dtype_as_default"  # out_dtype == input dtype: the default overload's lowering
+PRODUCT_THEN_EPILOGUE = "product_then_epilogue"  # addmm/baddbmm: fp32 product + fused epilogue
 
 
 def _count(op: str, choice: str) -> None:
@@ -71,6 +67,9 @@ def make_product_lowering(name: str, stock: Callable[..., Any] | None) -> Callab
 
     def product_dtype(mat1, mat2, out_dtype):
         _check_operands(op, mat1, mat2, out_dtype)
+        if out_dtype == mat1.get_dtype():
+            _count(op, SAME_DTYPE)
+            return L.lowerings[plain](mat1, mat2)
         device = mat1.get_device().type
         if device == "cuda" and stock_takes_out_dtype:
             _count(op, STOCK_TEMPLATE)
@@ -90,7 +89,7 @@ def make_product_lowering(name: str, stock: Callable[..., Any] | None) -> Callab
 
 
 def _epilogue(acc, inp, out_dtype: torch.dtype, beta, alpha):
-    """alpha * acc + beta * inp in the accumulator's dtype, rounded once to out_dtype."""
+    """alpha * acc + beta * inp, computed in the product's dtype (fp32)."""
     if alpha != 1:
         acc = L.lowerings[aten.mul](acc, alpha)
     if beta != 0:  # beta == 0 ignores inp, NaN included, as eager does
@@ -136,19 +135,25 @@ def make_accumulate_lowering(name: str, product: str) -> Callable[..., Any]:
     """The lowering of ``aten.<name>.dtype`` (addmm or baddbmm) on top of ``<product>.dtype``."""
     op = f"{name}.dtype"
     product_op = getattr(aten, product).dtype
+    default_op = getattr(aten, name).default
 
     def accumulate_dtype(inp, mat1, mat2, out_dtype, *, beta=1, alpha=1):
         _check_operands(op, mat1, mat2, out_dtype)
         _check_bias(op, inp, mat1, out_dtype)
-        _count(op, "product_then_epilogue")
+        if out_dtype == mat1.get_dtype():
+            # Exactly the default overload; eager runs the same kernel for both
+            # (bf16 results may use cuBLAS's reduced-precision reduction).
+            _count(op, SAME_DTYPE)
+            return L.lowerings[default_op](inp, mat1, mat2, beta=beta, alpha=alpha)
+        _count(op, PRODUCT_THEN_EPILOGUE)
         with _as_product_node():
-            acc = L.lowerings[product_op](mat1, mat2, accumulator_dtype(mat1.get_dtype(), out_dtype))
+            acc = L.lowerings[product_op](mat1, mat2, out_dtype)
         return _epilogue(acc, inp, out_dtype, beta, alpha)
 
     accumulate_dtype.__name__ = f"tuned_{name}_dtype"
     accumulate_dtype.__doc__ = (
-        f"{op}: {product}.dtype accumulating in fp32 for fp16/bf16, then "
-        "alpha * acc + beta * self as a fused pointwise epilogue, rounded once to out_dtype."
+        f"{op}: {product}.dtype accumulating in fp32, then alpha * acc + beta * self as a "
+        f"fused pointwise epilogue; with out_dtype equal to the input dtype, {name}.default."
     )
     return accumulate_dtype
 

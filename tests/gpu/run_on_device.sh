@@ -21,7 +21,7 @@ step() {  # name, timeout, command...
 python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__, torch.cuda.get_device_name())' | tee -a "$summary"
 for what in "$@"; do
   case "$what" in
-    family) step family 420 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_cuda_family.py --maxfail=40 --tb=line ;;
+    family) step family 150 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_cuda_family.py --maxfail=40 --tb=line ;;
     repro)
       install_liger 0.8.5
       step repro-addmm-without 300 python3 repro/flce_addmm_out_dtype.py --without-plugin --no-liger
@@ -29,9 +29,9 @@ for what in "$@"; do
       PYTHONPATH="$PYTHONPATH:/tmp/site-0.8.5" step repro-liger-without 300 python3 repro/flce_addmm_out_dtype.py --without-plugin
       PYTHONPATH="$PYTHONPATH:/tmp/site-0.8.5" step repro-liger-with 300 python3 repro/flce_addmm_out_dtype.py ;;
     liger085) install_liger 0.8.5
-      PYTHONPATH="$PYTHONPATH:/tmp/site-0.8.5" step liger-0.8.5 540 python3 -m pytest -q -p no:cacheprovider -rA tests/gpu/test_liger_flce.py --tb=short ;;
+      PYTHONPATH="$PYTHONPATH:/tmp/site-0.8.5" step liger-0.8.5 420 python3 -m pytest -q -p no:cacheprovider -rA tests/gpu/test_liger_flce.py --tb=short ;;
     liger081) install_liger 0.8.1
-      PYTHONPATH="$PYTHONPATH:/tmp/site-0.8.1" step liger-0.8.1 540 python3 -m pytest -q -p no:cacheprovider -rA tests/gpu/test_liger_flce.py --tb=short ;;
+      PYTHONPATH="$PYTHONPATH:/tmp/site-0.8.1" step liger-0.8.1 420 python3 -m pytest -q -p no:cacheprovider -rA tests/gpu/test_liger_flce.py --tb=short ;;
     *=*) step "${what%%=*}" 540 bash -c "${what#*=}" ;;
     *) echo "unknown step $what" | tee -a "$summary" ;;
   esac
