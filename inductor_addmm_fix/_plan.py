@@ -25,6 +25,7 @@ PR_CORE_ADDMM = "pytorch/pytorch#179634 (torch 2.13): dedicated addmm_dtype deco
 PR_CORE_BADDBMM = "none yet: baddbmm is registered packet-wide up to torch 2.15"
 PR_META_MM = "pytorch/pytorch#163393 (torch 2.10): meta_mm takes out_dtype"
 PR_INDUCTOR = "pytorch/pytorch#190936 (open): Inductor stops claiming the .dtype overloads"
+PR_REINPLACE = "none yet: Inductor's reinplace pass has no addmm entries (torch 2.15)"
 PR_CACHE = "when the compile caches key on the lowering tables (no upstream change yet)"
 
 
@@ -236,8 +237,77 @@ def plan_inductor(package_version: str) -> list[Decision]:
             )
         )
 
+    decisions += _plan_reinplace(lowerings)
     decisions.append(_plan_cache_key(package_version, decisions))
     return decisions
+
+
+def _plan_reinplace(lowerings: dict) -> list[Decision]:
+    """Tier 2c: accumulation chains of addmm / addmm.dtype run in place."""
+    from torch._inductor import lowering as L
+
+    from . import tier2_inductor_lowerings as t2l
+    from . import tier2_inductor_reinplace as t2r
+
+    try:
+        from torch._inductor.fx_passes import reinplace
+    except Exception as error:  # pragma: no cover - depends on the torch build
+        raise PlanError(f"torch._inductor.fx_passes.reinplace cannot be imported: {error}") from error
+    table = getattr(reinplace, "inplaceable_ops", None)
+    _require(isinstance(table, dict), "torch._inductor.fx_passes.reinplace.inplaceable_ops dict")
+    _require(
+        features.takes_parameter(reinplace.InplaceableOp, "extra_check") is True,
+        "InplaceableOp(extra_check=...)",
+    )
+    decisions = []
+    for functional, make_inplace, lower in (
+        (aten_op("addmm", "dtype"), t2r.addmm_dtype_inplace, t2r.lower_addmm_dtype_),
+        (aten_op("addmm", "default"), lambda: torch.ops.aten.addmm_.default, None),
+    ):
+        name = f"inductor.reinplace.addmm.{functional._overloadname}"
+        if functional in table:
+            decisions.append(Decision(name, INDUCTOR, False, "Inductor already re-inplaces it", PR_REINPLACE))
+            continue
+        inplace = make_inplace()
+        patches = [
+            Patch(
+                name,
+                INDUCTOR,
+                DictEntry(table, functional, "torch._inductor.fx_passes.reinplace.inplaceable_ops"),
+                reinplace.InplaceableOp(inplace, 0, extra_check=t2r.is_accumulation),
+                "no in-place entry: every chunk of an accumulation allocates a new buffer",
+                PR_REINPLACE,
+            )
+        ]
+        if inplace not in lowerings:
+            patches.append(
+                Patch(
+                    f"{name}.lowering",
+                    INDUCTOR,
+                    DictEntry(lowerings, inplace, "torch._inductor.lowering.lowerings"),
+                    t2l.as_registered_lowering(
+                        inplace, lower or L.fallback_handler(inplace, add_to_fallback_set=False)
+                    ),
+                    "the in-place op runs as an extern call of eager's kernel",
+                    PR_REINPLACE,
+                )
+            )
+        decisions.append(
+            Decision(
+                name,
+                INDUCTOR,
+                True,
+                "accumulation chains (FLCE's addmm(..., out=grad_weight)) would allocate a "
+                "parameter-sized buffer per chunk; run them in place like eager",
+                PR_REINPLACE,
+                patches,
+            )
+        )
+    return decisions
+
+
+def aten_op(name: str, overload: str):
+    return getattr(getattr(torch.ops.aten, name), overload)
 
 
 def _plan_cache_key(package_version: str, decisions: list[Decision]) -> Decision:

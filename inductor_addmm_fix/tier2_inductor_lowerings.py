@@ -38,9 +38,10 @@ EAGER_KERNEL = "eager_kernel"  # the eager aten kernel as an extern call (mm on 
 UPCAST_PRODUCT = "upcast_product"  # operands cast to out_dtype, then Inductor's plain mm/bmm
 SAME_DTYPE = "same_dtype_as_default"  # out_dtype == input dtype: the default overload's lowering
 PRODUCT_THEN_EPILOGUE = "product_then_epilogue"  # addmm/baddbmm: fp32 product + fused epilogue
+ACCUMULATE_IN_PLACE = "accumulate_in_place"  # Tier 2c: eager's kernel into the accumulator
 
 
-def _count(op: str, choice: str) -> None:
+def count(op: str, choice: str) -> None:
     counters[COUNTER][f"{op}:{choice}"] += 1
 
 
@@ -68,16 +69,16 @@ def make_product_lowering(name: str, stock: Callable[..., Any] | None) -> Callab
     def product_dtype(mat1, mat2, out_dtype):
         _check_operands(op, mat1, mat2, out_dtype)
         if out_dtype == mat1.get_dtype():
-            _count(op, SAME_DTYPE)
+            count(op, SAME_DTYPE)
             return L.lowerings[plain](mat1, mat2)
         device = mat1.get_device().type
         if device == "cuda" and stock_takes_out_dtype:
-            _count(op, STOCK_TEMPLATE)
+            count(op, STOCK_TEMPLATE)
             return stock(mat1, mat2, out_dtype)
         if device in eager_devices:
-            _count(op, EAGER_KERNEL)
+            count(op, EAGER_KERNEL)
             return eager_kernel(mat1, mat2, out_dtype)
-        _count(op, UPCAST_PRODUCT)
+        count(op, UPCAST_PRODUCT)
         return L.lowerings[plain](L.to_dtype(mat1, out_dtype), L.to_dtype(mat2, out_dtype))
 
     product_dtype.__name__ = f"tuned_{name}_dtype"
@@ -143,9 +144,9 @@ def make_accumulate_lowering(name: str, product: str) -> Callable[..., Any]:
         if out_dtype == mat1.get_dtype():
             # Exactly the default overload; eager runs the same kernel for both
             # (bf16 results may use cuBLAS's reduced-precision reduction).
-            _count(op, SAME_DTYPE)
+            count(op, SAME_DTYPE)
             return L.lowerings[default_op](inp, mat1, mat2, beta=beta, alpha=alpha)
-        _count(op, PRODUCT_THEN_EPILOGUE)
+        count(op, PRODUCT_THEN_EPILOGUE)
         with _as_product_node():
             acc = L.lowerings[product_op](mat1, mat2, out_dtype)
         return _epilogue(acc, inp, out_dtype, beta, alpha)

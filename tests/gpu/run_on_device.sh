@@ -29,9 +29,11 @@ for what in "$@"; do
       PYTHONPATH="$PYTHONPATH:/tmp/site-0.8.5" step repro-liger-without 300 python3 repro/flce_addmm_out_dtype.py --without-plugin
       PYTHONPATH="$PYTHONPATH:/tmp/site-0.8.5" step repro-liger-with 300 python3 repro/flce_addmm_out_dtype.py ;;
     liger085) install_liger 0.8.5
-      PYTHONPATH="$PYTHONPATH:/tmp/site-0.8.5" step liger-0.8.5 420 python3 -m pytest -q -p no:cacheprovider -rA tests/gpu/test_liger_flce.py --tb=short ;;
+      PYTHONPATH="$PYTHONPATH:/tmp/site-0.8.5" step liger-0.8.5 420 python3 -m pytest -q -p no:cacheprovider -rA tests/gpu/test_liger_flce.py -m "not class_weights" --tb=short ;;
+    weights085) install_liger 0.8.5
+      PYTHONPATH="$PYTHONPATH:/tmp/site-0.8.5" step class-weights-0.8.5 300 python3 -m pytest -q -p no:cacheprovider -rA tests/gpu/test_liger_flce.py -m class_weights --tb=short ;;
     liger081) install_liger 0.8.1
-      PYTHONPATH="$PYTHONPATH:/tmp/site-0.8.1" step liger-0.8.1 420 python3 -m pytest -q -p no:cacheprovider -rA tests/gpu/test_liger_flce.py --tb=short ;;
+      PYTHONPATH="$PYTHONPATH:/tmp/site-0.8.1" step liger-0.8.1 420 python3 -m pytest -q -p no:cacheprovider -rA tests/gpu/test_liger_flce.py -m "not class_weights" --tb=short ;;
     *=*) step "${what%%=*}" 540 bash -c "${what#*=}" ;;
     *) echo "unknown step $what" | tee -a "$summary" ;;
   esac

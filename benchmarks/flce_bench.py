@@ -1,0 +1,166 @@
+"""Eager vs torch.compile (with inductor_addmm_fix) for Liger FLCE, in one run.
+
+Prints one table: median step time over many warmed-up repetitions (CUDA
+events), peak memory above what was allocated before the step, and ratios
+against eager; plus the one-chunk accumulation micro-benchmark against eager
+cuBLAS and the memory-bound floor measured on this GPU.
+
+    python benchmarks/flce_bench.py                      # Llama-3-8B head: BT=8192 H=4096 V=128256
+    python benchmarks/flce_bench.py --bt 8192 32768       # and 128 chunks
+    python benchmarks/flce_bench.py --json out.json
+
+Needs CUDA and liger-kernel.  "extra" memory = torch.cuda.max_memory_allocated()
+during one forward+backward step minus what was allocated before it, with
+.grad cleared before each step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+
+import torch
+
+GiB = 1024**3
+
+
+def timed(fn, *, warmup: int, reps: int) -> tuple[float, float]:
+    """(median ms, peak extra bytes) of fn() over reps runs after warmup runs."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times, peaks = [], []
+    for _ in range(reps):
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+        peaks.append(torch.cuda.max_memory_allocated() - before)
+    return statistics.median(times), max(peaks)
+
+
+def flce_rows(bt: int, h: int, v: int, dtype, warmup: int, reps: int):
+    from liger_kernel.transformers.functional import liger_fused_linear_cross_entropy
+
+    torch._dynamo.config.capture_scalar_outputs = True
+    rows = []
+    for accum in (torch.float32, None):
+        x = torch.randn(bt, h, device="cuda", dtype=dtype, requires_grad=True)
+        w = (torch.randn(v, h, device="cuda", dtype=dtype) * h**-0.5).requires_grad_()
+        t = torch.randint(v, (bt,), device="cuda")
+
+        def loss_fn(x, w, t):
+            return liger_fused_linear_cross_entropy(x, w, t, accum_dtype=accum)
+
+        compiled_fn = torch.compile(loss_fn)
+        results = {}
+        for label, fn in (("eager", loss_fn), ("compiled", compiled_fn)):
+
+            def step(fn=fn):
+                x.grad = w.grad = None
+                fn(x, w, t).backward()
+
+            results[label] = timed(step, warmup=warmup, reps=reps)
+            x.grad = w.grad = None
+            loss = fn(x, w, t)
+            loss.backward()
+            results[label + "_out"] = (loss.detach().clone(), x.grad.clone(), w.grad.clone())
+        same = all(torch.equal(a, b) for a, b in zip(results["eager_out"], results["compiled_out"]))
+        (te, me), (tc, mc) = results["eager"], results["compiled"]
+        rows.append(
+            dict(
+                case=f"FLCE step, accum_dtype={'fp32' if accum else 'None'}, BT={bt}",
+                eager_ms=te,
+                compiled_ms=tc,
+                time_ratio=tc / te,
+                eager_extra_gib=me / GiB,
+                compiled_extra_gib=mc / GiB,
+                memory_target_gib=(me + max(0.05 * me, 64 * 1024**2)) / GiB,
+                bitwise_equal=same,
+            )
+        )
+        del x, w, t, results
+        torch.cuda.empty_cache()
+    return rows
+
+
+def chunk_row(v: int, chunk: int, h: int, warmup: int, reps: int):
+    """One chunk's accumulation: [V x chunk] @ [chunk x H] into an fp32 buffer, in place."""
+    g = torch.randn(chunk, v, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(chunk, h, device="cuda", dtype=torch.bfloat16)
+    gw = torch.randn(v, h, device="cuda")
+
+    def accumulate(gw, g, x):
+        torch.addmm(gw, g.t(), x, out_dtype=torch.float32, out=gw)
+        return gw
+
+    compiled = torch.compile(accumulate, fullgraph=True)
+    te, me = timed(lambda: accumulate(gw, g, x), warmup=warmup, reps=reps)
+    tc, mc = timed(lambda: compiled(gw, g, x), warmup=warmup, reps=reps)
+    # Memory-bound floor: read and write the fp32 buffer once, at this GPU's copy bandwidth.
+    src = torch.empty_like(gw)
+    tcopy, _ = timed(lambda: gw.copy_(src), warmup=warmup, reps=reps)
+    floor_ms = tcopy  # a copy reads and writes the same number of bytes
+    a, b = gw.clone(), gw.clone()
+    accumulate(a, g, x)
+    compiled(b, g, x)
+    return dict(
+        case=f"one chunk [{v}x{chunk}]@[{chunk}x{h}] into fp32, in place",
+        eager_ms=te,
+        compiled_ms=tc,
+        time_ratio=tc / te,
+        eager_extra_gib=me / GiB,
+        compiled_extra_gib=mc / GiB,
+        floor_ms=floor_ms,
+        copy_tb_per_s=2 * gw.numel() * 4 / (tcopy / 1e3) / 1e12,
+        bitwise_equal=torch.equal(a, b),
+    )
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--bt", type=int, nargs="+", default=[8192])
+    p.add_argument("--h", type=int, default=4096)
+    p.add_argument("--v", type=int, default=128256)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--reps", type=int, default=10)
+    p.add_argument("--skip-flce", action="store_true")
+    p.add_argument("--json")
+    args = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("needs CUDA")
+        return 2
+    import inductor_addmm_fix
+
+    inductor_addmm_fix.install()
+    print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, inductor_addmm_fix {inductor_addmm_fix.__version__}")
+    rows = [chunk_row(args.v, 256, args.h, args.warmup, max(args.reps, 20))]
+    if not args.skip_flce:
+        for bt in args.bt:
+            rows += flce_rows(bt, args.h, args.v, torch.bfloat16, args.warmup, args.reps)
+            torch._dynamo.reset()
+    print("| case | eager ms | compiled ms | time ratio | eager extra GiB | compiled extra GiB | memory bound GiB | bitwise equal |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        bound = r.get("memory_target_gib")
+        print(
+            f"| {r['case']} | {r['eager_ms']:.2f} | {r['compiled_ms']:.2f} | {r['time_ratio']:.3f} | "
+            f"{r['eager_extra_gib']:.2f} | {r['compiled_extra_gib']:.2f} | "
+            f"{'%.2f' % bound if bound is not None else '-'} | {r['bitwise_equal']} |"
+        )
+    chunk = rows[0]
+    print(f"# memory-bound floor of one chunk: {chunk['floor_ms']:.2f} ms (copy at {chunk['copy_tb_per_s']:.2f} TB/s)")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(dict(device=torch.cuda.get_device_name(), torch=torch.__version__, rows=rows), f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,130 @@
+"""Tier 2c: accumulate in place, as eager does.
+
+FLCE accumulates every chunk's weight gradient into one buffer with
+``torch.addmm(buf, g.t(), x, out_dtype=fp32, out=buf)``.  AOTAutograd turns each
+call into a functional ``addmm.dtype`` (new buffer) chained to the next one;
+lowered as a product plus an epilogue, Inductor then fuses the epilogues of all
+chunks into one kernel and keeps every chunk's product alive at once (62.6 GiB
+at Llama-3 shapes).  Stock Inductor has the same chain for ``addmm.default``
+(FLCE with ``accum_dtype=None``): a parameter-sized temporary per chunk.
+
+Inductor's re-inplacing pass (``fx_passes/reinplace.py``) already turns
+functional ops into in-place ones when the overwritten value is dead; it only
+lacks entries for these two.  We add them, restricted to accumulation chains:
+the accumulator is a fill (zeros), a graph input that the graph copies the
+result back into (``out=`` on an input), or the result of a previous
+accumulation.  The in-place ops are ``aten.addmm_`` and our
+``inductor_addmm_fix::addmm_dtype_``, which runs eager's kernel (cuBLAS with
+beta=1 into the buffer): bit for bit what eager computes, with no temporary.
+
+Upstream: none yet (no in-place ``addmm.dtype`` exists in aten).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import torch
+
+from ._torch_features import eager_kernel_devices
+
+aten = torch.ops.aten
+NAMESPACE = "inductor_addmm_fix"
+_SCHEMA = (
+    "addmm_dtype_(Tensor(a!) self, Tensor mat1, Tensor mat2, ScalarType out_dtype, *, "
+    "Scalar beta=1, Scalar alpha=1) -> Tensor(a!)"
+)
+_lock = threading.Lock()
+_library: Any = None  # defined once per process and kept: an op cannot be undefined safely
+
+
+def _addmm_dtype_(self, mat1, mat2, out_dtype, *, beta=1, alpha=1):
+    """self = beta * self + alpha * (mat1 @ mat2) in out_dtype, in place.
+
+    Only a marker in post-grad graphs: ``lower_addmm_dtype_`` lowers it.  This
+    eager version exists for completeness (and for graphs run without Inductor)."""
+    if self.device.type in eager_kernel_devices("addmm"):
+        return aten.addmm.dtype_out(self, mat1, mat2, out_dtype, beta=beta, alpha=alpha, out=self)
+    # No eager kernel (CPU): the product of the upcast operands, accumulated in out_dtype.
+    return torch.addmm(self, mat1.to(out_dtype), mat2.to(out_dtype), beta=beta, alpha=alpha, out=self)
+
+
+def lower_addmm_dtype_(self, mat1, mat2, out_dtype, *, beta=1, alpha=1):
+    """addmm_dtype_: eager's addmm.dtype_out into ``self`` (cuBLAS, beta into the buffer);
+    where eager has no kernel, addmm.out on operands cast to out_dtype."""
+    from torch._inductor import lowering as L
+
+    from .tier2_inductor_lowerings import ACCUMULATE_IN_PLACE, count
+
+    count("addmm.dtype", ACCUMULATE_IN_PLACE)
+    if self.get_device().type in eager_kernel_devices("addmm"):
+        kernel, operands = aten.addmm.dtype_out, (self, mat1, mat2, out_dtype)
+    else:
+        kernel = aten.addmm.out
+        operands = (self, L.to_dtype(mat1, out_dtype), L.to_dtype(mat2, out_dtype))
+    L.fallback_handler(kernel, add_to_fallback_set=False)(*operands, beta=beta, alpha=alpha, out=self)
+    return self
+
+
+def _addmm_dtype_meta(self, mat1, mat2, out_dtype, *, beta=1, alpha=1):
+    return self
+
+
+def addmm_dtype_inplace() -> torch._ops.OpOverload:
+    """``torch.ops.inductor_addmm_fix.addmm_dtype_.default``, defined on first use."""
+    global _library
+    with _lock:
+        if _library is None:
+            library = torch.library.Library(NAMESPACE, "DEF")
+            library.define(_SCHEMA)
+            library.impl("addmm_dtype_", _addmm_dtype_, "CompositeExplicitAutograd")
+            library.impl("addmm_dtype_", _addmm_dtype_meta, "Meta")
+            _library = library
+    return torch.ops.inductor_addmm_fix.addmm_dtype_.default
+
+
+_FILLS = {"full", "zeros", "zeros_like", "full_like", "new_zeros", "new_full", "scalar_tensor"}
+
+
+def _accumulates(op: Any) -> bool:
+    name = getattr(op, "__name__", "")  # e.g. "addmm.dtype", "addmm_.default"
+    return name.split(".")[0] in ("addmm", "addmm_", "addmm_dtype_")
+
+
+def _can_hold_result(acc: torch.fx.Node, node: torch.fx.Node) -> bool:
+    """The accumulator must have the result's shape and dtype and be contiguous
+    (a broadcast bias cannot receive the result)."""
+    old, new = acc.meta.get("val"), node.meta.get("val")
+    if not (isinstance(old, torch.Tensor) and isinstance(new, torch.Tensor)):
+        return False
+    if old.dtype != new.dtype or old.device != new.device or old.shape != new.shape:
+        return False
+    import torch._prims_common as prims_common
+
+    contiguous_or_false = getattr(prims_common, "is_contiguous_or_false", None)
+    return bool(contiguous_or_false(old) if contiguous_or_false else old.is_contiguous())
+
+
+def is_accumulation(node: torch.fx.Node) -> bool:
+    """Re-inplace only accumulation chains: the accumulator is a fill, a graph input
+    (Inductor's pass requires the graph to copy the result back into it), or the
+    result of a previous accumulation.  Everything else keeps Inductor's lowering.
+
+    Runs inside Inductor's pass: it must never raise (an error means "no")."""
+    try:
+        return _is_accumulation(node)
+    except Exception:
+        return False
+
+
+def _is_accumulation(node: torch.fx.Node) -> bool:
+    acc = node.args[0]
+    if not isinstance(acc, torch.fx.Node) or not _can_hold_result(acc, node):
+        return False
+    if acc.op == "placeholder":
+        return True
+    if acc.op != "call_function":
+        return False
+    name = getattr(acc.target, "__name__", "").split(".")[0]
+    return name in _FILLS or _accumulates(acc.target)
