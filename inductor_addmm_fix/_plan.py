@@ -15,7 +15,7 @@ import hashlib
 import torch
 
 from . import _torch_features as features
-from ._registry import ABSENT, DictEntry, DispatcherKernel, Patch, PyKernel, TagInString
+from ._registry import ABSENT, ConfigValue, DictEntry, DispatcherKernel, Patch, PyKernel, TagInString
 
 CORE = "core"
 INDUCTOR = "inductor"
@@ -310,10 +310,41 @@ def aten_op(name: str, overload: str):
     return getattr(getattr(torch.ops.aten, name), overload)
 
 
+def _plan_caches_off() -> Decision:
+    """Without cache_key_tag, the only way to keep artifacts apart is not to share them."""
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+
+    patches = [
+        Patch(
+            f"cache.off.{owner_name}.{attr}",
+            "cache",
+            ConfigValue(owner, attr, owner_name),
+            False,
+            "no cache_key_tag on this torch",
+            PR_CACHE,
+        )
+        for owner, owner_name, attr in (
+            (inductor_config, "torch._inductor.config", "fx_graph_cache"),
+            (functorch_config, "torch._functorch.config", "enable_autograd_cache"),
+        )
+        if hasattr(owner, attr)
+    ]
+    return Decision(
+        "cache.off",
+        "cache",
+        True,
+        "torch.compiler.config.cache_key_tag is missing: the FX graph and AOTAutograd "
+        "caches are turned off while the fix is installed",
+        PR_CACHE,
+        patches,
+    )
+
+
 def _plan_cache_key(package_version: str, decisions: list[Decision]) -> Decision:
     name = "cache.key_tag"
     if not features.cache_key_tag_supported():
-        return Decision(name, "cache", False, "torch.compiler.config.cache_key_tag is missing", PR_CACHE)
+        return _plan_caches_off()
     import torch.compiler.config as cfg
 
     applied = sorted(d.name for d in decisions if d.needed)

@@ -104,6 +104,27 @@ class PyKernel(Slot):
 
 
 @dataclasses.dataclass(eq=False)
+class ConfigValue(Slot):
+    """A config attribute such as ``torch._inductor.config.fx_graph_cache``."""
+
+    owner: Any
+    attr: str
+    owner_name: str
+
+    def read(self) -> Any:
+        return getattr(self.owner, self.attr)
+
+    def write(self, value: Any) -> None:
+        setattr(self.owner, self.attr, value)
+
+    def still_ours(self, current: Any, installed: Any) -> bool:
+        return current == installed
+
+    def describe(self) -> str:
+        return f"{self.owner_name}.{self.attr}"
+
+
+@dataclasses.dataclass(eq=False)
 class TagInString(Slot):
     """A string attribute of a config module to which we append one tag, such as
     ``torch.compiler.config.cache_key_tag``.  Restoring removes our tag only, so

@@ -1,9 +1,15 @@
 import os
 import random
 import sys
+import tempfile
 
 import pytest
-import torch
+
+# A compile cache of this session's own: artifacts that other processes compiled
+# (with or without the fix) must not answer for the code under test.
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="inductor-addmm-fix-tests-"))
+
+import torch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
 

@@ -41,7 +41,8 @@ def tables_snapshot():
 def compile_addmm():
     op = OPS_BY_NAME["addmm"]
     operands = make_operands(op, 8, 16, 12, torch.bfloat16, bias_dtype=torch.float32)
-    return torch.compile(eager_fn(op, out_dtype=torch.float32), backend="inductor", fullgraph=True)(*operands)
+    with torch._inductor.config.patch(force_disable_caches=True):  # lower it, do not look it up
+        return torch.compile(eager_fn(op, out_dtype=torch.float32), backend="inductor", fullgraph=True)(*operands)
 
 
 def test_import_installs_the_fix_on_both_tiers():
@@ -104,6 +105,37 @@ def test_uninstall_removes_only_its_own_cache_key_tag():
         assert torch.compiler.config.cache_key_tag == original + ";user-tag"
     finally:
         torch.compiler.config.cache_key_tag = original
+
+
+def test_cache_keys_differ_with_and_without_the_fix():
+    """An artifact compiled with the fix is never served to a process without it."""
+    import inspect
+
+    from torch._inductor.codecache import FxGraphHashDetails
+
+    # The FX graph cache key (and the AOTAutograd one, a subclass) hashes the tag.
+    assert "cache_key_tag" in inspect.getsource(FxGraphHashDetails.__init__)
+    with_fix = torch.compiler.config.cache_key_tag
+    fix.uninstall()
+    without_fix = torch.compiler.config.cache_key_tag
+    fix.install()
+    assert with_fix != without_fix and "inductor_addmm_fix=" in with_fix
+    assert torch.compiler.config.cache_key_tag == with_fix
+
+
+def test_without_cache_key_tag_the_compile_caches_are_turned_off(monkeypatch):
+    from inductor_addmm_fix import _torch_features
+
+    fix.uninstall()
+    original = torch._inductor.config.fx_graph_cache
+    monkeypatch.setattr(_torch_features, "cache_key_tag_supported", lambda: False)
+    fix.install()
+    try:
+        assert torch._inductor.config.fx_graph_cache is False
+        assert "cache.off" in {p.name for p in fix.status().patches if p.applied}
+    finally:
+        fix.uninstall()
+    assert torch._inductor.config.fx_graph_cache == original
 
 
 def test_status_names_each_patch_with_reason_and_retiring_upstream_change():
