@@ -25,6 +25,7 @@ PR_CORE_ADDMM = "pytorch/pytorch#179634 (torch 2.13): dedicated addmm_dtype deco
 PR_CORE_BADDBMM = "none yet: baddbmm is registered packet-wide up to torch 2.15"
 PR_META_MM = "pytorch/pytorch#163393 (torch 2.10): meta_mm takes out_dtype"
 PR_INDUCTOR = "pytorch/pytorch#190936 (open): Inductor stops claiming the .dtype overloads"
+PR_AS_STRIDED = "pytorch/pytorch#161115 (PR #184050, reverted): Triton-kernel clones of views"
 PR_REINPLACE = "none yet: Inductor's reinplace pass has no addmm entries (torch 2.15)"
 PR_CACHE = "when the compile caches key on the lowering tables (no upstream change yet)"
 
@@ -238,8 +239,43 @@ def plan_inductor(package_version: str) -> list[Decision]:
         )
 
     decisions += _plan_reinplace(lowerings)
+    decisions.append(_plan_as_strided_views(lowerings))
     decisions.append(_plan_cache_key(package_version, decisions))
     return decisions
+
+
+def _plan_as_strided_views(lowerings: dict) -> Decision:
+    """Tier 2d: as_strided of a slice of an unrealized buffer (issue 7)."""
+    from . import tier2_inductor_as_strided as t2s
+
+    name = "inductor.as_strided_of_view"
+    if not t2s.run_node_copies_views_for_as_strided():
+        return Decision(name, INDUCTOR, False, "run_node has no as_strided copy path", PR_AS_STRIDED)
+    patches = []
+    for qualname in t2s.VIEW_OPS:
+        packet, overload = qualname.split(".")
+        op = aten_op(packet, overload)
+        stock = lowerings.get(op)
+        _require(stock is not None, f"Inductor lowering for aten.{qualname}")
+        patches.append(
+            Patch(
+                f"{name}.{qualname}",
+                INDUCTOR,
+                DictEntry(lowerings, op, "torch._inductor.lowering.lowerings"),
+                t2s.realize_base_before_view(stock),
+                "a slice feeding as_strided is copied to offset 0, and as_strided reads past it",
+                PR_AS_STRIDED,
+            )
+        )
+    return Decision(
+        name,
+        INDUCTOR,
+        True,
+        "as_strided of a slice of an unrealized buffer reads past a copy (wrong, changing "
+        "Liger FLCE losses with ignore_index or class weights)",
+        PR_AS_STRIDED,
+        patches,
+    )
 
 
 def _plan_reinplace(lowerings: dict) -> list[Decision]:

@@ -6,7 +6,7 @@
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-cache
-export PYTHONPATH="$PWD:$PWD/tests"
+export PYTHONPATH="$PWD:$PWD/tests:/tmp/site-0.8.5"
 summary="$OUT/summary.txt"; : > "$summary"
 install_liger() {  # $1 = version
   rm -rf /tmp/site-$1
@@ -18,6 +18,7 @@ step() {  # name, timeout, command...
   timeout "$t" "$@" > "$OUT/$name.log" 2>&1; local rc=$?
   echo "$name rc=$rc $(( $(date +%s) - start ))s :: $(grep -E '^Result:|passed|failed|error' "$OUT/$name.log" | tail -n 2 | tr '\n' ' ')" | tee -a "$summary"
 }
+install_liger 0.8.5  # default Liger for benchmarks and extra commands
 python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__, torch.cuda.get_device_name())' | tee -a "$summary"
 for what in "$@"; do
   case "$what" in
@@ -33,7 +34,7 @@ for what in "$@"; do
     weights085) install_liger 0.8.5
       PYTHONPATH="$PYTHONPATH:/tmp/site-0.8.5" step class-weights-0.8.5 300 python3 -m pytest -q -p no:cacheprovider -rA tests/gpu/test_liger_flce.py -m class_weights --tb=short ;;
     liger081) install_liger 0.8.1
-      PYTHONPATH="$PYTHONPATH:/tmp/site-0.8.1" step liger-0.8.1 420 python3 -m pytest -q -p no:cacheprovider -rA tests/gpu/test_liger_flce.py -m "not class_weights" --tb=short ;;
+      PYTHONPATH="${PYTHONPATH//site-0.8.5/site-0.8.1}" step liger-0.8.1 420 python3 -m pytest -q -p no:cacheprovider -rA tests/gpu/test_liger_flce.py -m "not class_weights" --tb=short ;;
     *=*) step "${what%%=*}" 540 bash -c "${what#*=}" ;;
     *) echo "unknown step $what" | tee -a "$summary" ;;
   esac
