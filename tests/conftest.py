@@ -1,9 +1,19 @@
+import atexit
 import os
 import random
+import shutil
 import sys
+import tempfile
 
-import pytest
-import torch
+# A private Inductor cache for the session: /tmp/torchinductor_<user> is shared by
+# every process on the machine, and an artifact compiled elsewhere (with a patched
+# torch and no cache tag) once made the stock failure vanish after uninstall().
+if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor-cache-tests-")
+    atexit.register(shutil.rmtree, os.environ["TORCHINDUCTOR_CACHE_DIR"], ignore_errors=True)
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
 
