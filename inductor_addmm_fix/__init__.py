@@ -151,6 +151,10 @@ def install(*, activation: str = "install()") -> "Status":
         if not _state["wanted"]:
             _state["wanted"] = True
             _state["activation"] = activation
+            if activation in ("import", "install()"):
+                from ._routes import warn_if_subprocess_compile_uncovered
+
+                warn_if_subprocess_compile_uncovered(_warn_once)
         _apply_tier("core")  # imports torch, inside the guard: a torch we cannot patch only warns
         _import_hooks.when_imported(INDUCTOR_TRIGGER, _apply_inductor_tier)
         return status()
