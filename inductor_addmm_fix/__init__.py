@@ -1,32 +1,27 @@
 """inductor_addmm_fix: matmuls with ``out_dtype=`` compile under torch.compile/Inductor.
 
-``import inductor_addmm_fix`` applies the fix (unless ``INDUCTOR_ADDMM_FIX=0``).
-Tier 1 (core decompositions and meta kernels) applies at once; Tier 2 (Inductor's
-decomposition and lowering tables) applies as soon as Inductor is imported, so
-that importing this package never imports Inductor by itself.
+``import inductor_addmm_fix`` applies the fix (unless ``INDUCTOR_ADDMM_FIX=0``); once
+the package is installed, its ``torch.backends`` entry point and its ``.pth`` line
+apply it with no import at all (see ``_startup``).  Tier 1 (core decompositions and
+meta kernels) applies as soon as torch is imported; Tier 2 (Inductor's decomposition
+and lowering tables) as soon as Inductor is imported: importing this package never
+imports torch or Inductor by itself, and imports nothing heavy (start-up runs it).
 
 Public API: :func:`install`, :func:`uninstall`, :func:`is_installed`, :func:`status`.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import logging
-import threading
-import warnings
-from typing import Any
+import _thread
 
 __version__ = "0.1.0"
 __all__ = ["install", "uninstall", "is_installed", "status", "Status", "PatchStatus"]
 
-log = logging.getLogger(__name__)
-log.addHandler(logging.NullHandler())
-
 #: The module whose import completes Inductor's tables; Tier 2 waits for it.
 INDUCTOR_TRIGGER = "torch._inductor.compile_fx"
 
-_lock = threading.RLock()
-_state: dict[str, Any] = {
+_lock = _thread.RLock()
+_state: dict[str, object] = {
     "wanted": False,  # install() was called and uninstall() was not
     "activation": None,  # how the fix was activated: "import", "entry-point", ".pth", "install()"
     "decisions": {},  # tier -> list[Decision]
@@ -63,8 +58,32 @@ def _clear_caches() -> None:
         cache.clear()
 
 
+def _logger():
+    """The package's logger, quiet by default (a NullHandler); made on first use so
+    that interpreter start-up does not import ``logging``."""
+    import logging
+
+    logger = logging.getLogger(__name__)
+    if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):
+        logger.addHandler(logging.NullHandler())
+    return logger
+
+
+def __getattr__(name: str):
+    """``Status``, ``PatchStatus`` and ``log``, loaded on first use."""
+    if name in ("Status", "PatchStatus"):
+        from . import _status
+
+        return getattr(_status, name)
+    if name == "log":
+        return _logger()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def _warn_once(key: str, message: str) -> None:
-    log.warning("%s", message)
+    import warnings
+
+    _logger().warning("%s", message)
     if key not in _warned:
         _warned.add(key)
         warnings.warn(message, RuntimeWarning, stacklevel=3)
@@ -72,12 +91,12 @@ def _warn_once(key: str, message: str) -> None:
 
 def _apply_tier(tier: str) -> None:
     """Plan and apply one tier, all or nothing; on any failure warn once and leave torch as it was."""
-    from . import _plan
-
     with _lock:
         if not _state["wanted"] or tier in _state["decisions"]:
             return
         try:
+            from . import _plan  # imports torch: a torch unlike any we know fails here
+
             if tier == _plan.CORE:
                 decisions = _plan.plan_core()
             else:
@@ -101,7 +120,7 @@ def _apply_tier(tier: str) -> None:
             return
         _state["decisions"][tier] = decisions
         _state["errors"].pop(tier, None)
-        log.info("applied %d %s patch(es)", len(patches), tier)
+        _logger().info("applied %d %s patch(es)", len(patches), tier)
 
 
 def _self_test_core() -> None:
@@ -126,13 +145,17 @@ def install(*, activation: str = "install()") -> "Status":
     cannot patch (it warns once and leaves torch untouched).  Tier 2 is applied
     now if Inductor is imported, otherwise as soon as it is."""
     from . import _import_hooks
-    from ._plan import CORE
 
+    _logger()  # the NullHandler, before any of our modules logs
     with _lock:
         if not _state["wanted"]:
             _state["wanted"] = True
             _state["activation"] = activation
-        _apply_tier(CORE)
+            if activation in ("import", "install()"):
+                from ._routes import warn_if_subprocess_compile_uncovered
+
+                warn_if_subprocess_compile_uncovered(_warn_once)
+        _apply_tier("core")  # imports torch, inside the guard: a torch we cannot patch only warns
         _import_hooks.when_imported(INDUCTOR_TRIGGER, _apply_inductor_tier)
         return status()
 
@@ -142,9 +165,10 @@ def uninstall() -> "Status":
 
     Compiled code already cached by Dynamo is not discarded: call
     ``torch._dynamo.reset()`` to recompile without the fix."""
-    from . import _import_hooks
+    from . import _import_hooks, _startup
 
     with _lock:
+        _startup.cancel()
         _import_hooks.cancel(INDUCTOR_TRIGGER)
         problems = _get_registry().restore()
         for problem in problems:
@@ -159,45 +183,12 @@ def is_installed() -> bool:
         return _state["wanted"] and "core" in _state["decisions"]
 
 
-@dataclasses.dataclass(frozen=True)
-class PatchStatus:
-    name: str
-    tier: str
-    applied: bool
-    reason: str
-    obsolete_when: str
-
-
-@dataclasses.dataclass(frozen=True)
-class Status:
-    package_version: str
-    torch_version: str
-    installed: bool
-    activation: str | None
-    tiers: dict[str, str]  # tier -> "applied" | "waiting for torch._inductor" | "failed: ..." | "not installed"
-    patches: tuple[PatchStatus, ...]
-
-    def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    def __str__(self) -> str:
-        lines = [
-            f"inductor_addmm_fix {self.package_version} on torch {self.torch_version}",
-            f"installed: {'yes' if self.installed else 'no'}"
-            + (f" (activated by {self.activation})" if self.activation else ""),
-        ]
-        lines += [f"  {tier:<9} {state}" for tier, state in self.tiers.items()]
-        for p in self.patches:
-            mark = "applied" if p.applied else "not needed"
-            lines.append(f"  [{mark:>10}] {p.name}: {p.reason}")
-        return "\n".join(lines)
-
-
-def status() -> Status:
+def status() -> "Status":
     """A structured report: torch version, each tier and each patch, applied or not and why."""
     import torch
 
     from . import _import_hooks
+    from ._status import PatchStatus, Status
 
     with _lock:
         tiers = {}
@@ -226,11 +217,11 @@ def status() -> Status:
 
 
 def _auto_install() -> None:
-    """``import inductor_addmm_fix`` applies the fix unless INDUCTOR_ADDMM_FIX says no."""
-    from ._env import enabled_by_env
+    """``import inductor_addmm_fix`` applies the fix unless INDUCTOR_ADDMM_FIX says no:
+    now if torch is imported, else as soon as it is."""
+    from . import _startup
 
-    if enabled_by_env():
-        install(activation="import")
+    _startup.activate(_startup.IMPORT)
 
 
 try:

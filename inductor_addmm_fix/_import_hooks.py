@@ -3,22 +3,25 @@
 Tier 2 needs ``torch._inductor``, whose import costs over a second; we wait for
 ``torch._inductor.compile_fx`` (what every Inductor compile imports, after the
 lowering and decomposition tables are complete) instead of importing it ourselves.
+The start-up routes wait for ``torch`` the same way.
+
+This module is imported at interpreter start-up (by the ``.pth`` line), so it uses
+only modules Python has loaded already: the finder and loader are duck-typed
+(``importlib.abc`` would cost milliseconds), the lock comes from ``_thread``.
 """
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
+import _thread
 import sys
-import threading
-from typing import Callable
 
-_lock = threading.Lock()
-_pending: dict[str, list[Callable[[], None]]] = {}
+_lock = _thread.allocate_lock()
+_pending: dict = {}  # module name -> list of callbacks (functions of no argument)
 
 
-class _Finder(importlib.abc.MetaPathFinder):
-    """Wraps the loader of a watched module so that callbacks run after exec_module."""
+class _Finder:
+    """A meta path finder that wraps the loader of a watched module so that
+    callbacks run after its ``exec_module``."""
 
     def find_spec(self, fullname, path, target=None):
         if fullname not in _pending:
@@ -33,7 +36,7 @@ class _Finder(importlib.abc.MetaPathFinder):
         return None
 
 
-class _Loader(importlib.abc.Loader):
+class _Loader:
     def __init__(self, inner, fullname):
         self._inner = inner
         self._fullname = fullname
@@ -43,6 +46,12 @@ class _Loader(importlib.abc.Loader):
 
     def exec_module(self, module):
         self._inner.exec_module(module)
+        # Leave no trace: the module keeps its own loader.
+        spec = getattr(module, "__spec__", None)
+        if getattr(spec, "loader", None) is self:
+            spec.loader = self._inner
+        if getattr(module, "__loader__", None) is self:
+            module.__loader__ = self._inner
         _fire(self._fullname)
 
     def __getattr__(self, name):  # get_code, is_package, ... for tools that ask
@@ -61,10 +70,12 @@ def _fire(fullname: str) -> None:
         callback()  # callbacks must not raise; ours catch everything
 
 
-def when_imported(fullname: str, callback: Callable[[], None]) -> bool:
-    """Call ``callback`` now if ``fullname`` is imported, else right after its import.
+def when_imported(fullname: str, callback) -> bool:
+    """Call ``callback()`` now if ``fullname`` is imported, else right after its import.
 
-    Returns True if it ran now."""
+    "Imported" means present in ``sys.modules``: a module that is still executing
+    (``torch`` while it runs its ``torch.backends`` entry points) counts as imported.
+    Returns True if the callback ran now."""
     with _lock:
         if fullname not in sys.modules:
             _pending.setdefault(fullname, []).append(callback)

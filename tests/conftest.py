@@ -1,14 +1,18 @@
+import atexit
 import os
 import random
+import shutil
 import sys
 import tempfile
 
-import pytest
+# A private Inductor cache for the session: /tmp/torchinductor_<user> is shared by
+# every process on the machine, and an artifact compiled elsewhere (with a patched
+# torch and no cache tag) once made the stock failure vanish after uninstall().
+if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor-cache-tests-")
+    atexit.register(shutil.rmtree, os.environ["TORCHINDUCTOR_CACHE_DIR"], ignore_errors=True)
 
-# A compile cache of this session's own: artifacts that other processes compiled
-# (with or without the fix) must not answer for the code under test.
-os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="inductor-addmm-fix-tests-"))
-
+import pytest  # noqa: E402
 import torch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))

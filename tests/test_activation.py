@@ -1,0 +1,402 @@
+"""The activation routes in real, fresh interpreters.
+
+A wheel is built from a copy of this checkout and installed into a fresh venv
+whose only link to the test runner's environment is a ``.pth`` line naming the
+folder that holds torch (0.6 s, where installing torch itself takes 15 s or more).
+Every test runs ``python`` from that venv in an empty folder with a scrubbed
+environment, so the package it sees is the installed wheel and nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import textwrap
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.subprocess
+
+ROOT = Path(__file__).resolve().parents[1]
+PTH = "inductor_addmm_fix.pth"
+TIMEOUT = 300  # seconds for one subprocess: fail loudly rather than hang CI
+#: Variables of the runner's environment that would change what a child does.
+SCRUBBED = ("PYTHONPATH", "PYTHONSTARTUP", "PYTHONHOME", "PYTHONSAFEPATH", "PYTHONNOUSERSITE", "PYTHONWARNINGS")
+SCRUBBED_PREFIXES = ("INDUCTOR_ADDMM_FIX", "TORCH_DEVICE_BACKEND", "TORCHINDUCTOR_", "TORCH_COMPILE", "TORCH_LOGS")
+
+
+@dataclass
+class Python:
+    """An interpreter to run in a fresh process, in an empty folder."""
+
+    executable: Path
+    site_packages: Path
+    workdir: Path
+    cache_dir: Path
+
+    def env(self, **overrides: str) -> dict[str, str]:
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if k not in SCRUBBED and not k.startswith(SCRUBBED_PREFIXES)
+        }
+        env["TORCHINDUCTOR_CACHE_DIR"] = str(self.cache_dir)  # kernels reused across tests
+        env.update(overrides)
+        return env
+
+    def run(self, *args: str, expect_rc: int | None = 0, **env: str) -> subprocess.CompletedProcess:
+        result = subprocess.run(
+            [str(self.executable), *args],
+            cwd=self.workdir,
+            env=self.env(**env),
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+        )
+        if expect_rc is not None and result.returncode != expect_rc:
+            pytest.fail(
+                f"exit {result.returncode}, expected {expect_rc}: {args}\n"
+                f"--- stdout\n{result.stdout[-4000:]}\n--- stderr\n{result.stderr[-4000:]}"
+            )
+        return result
+
+    def script(self, code: str, *args: str, **kwargs) -> subprocess.CompletedProcess:
+        path = self.workdir / "script.py"
+        path.write_text(textwrap.dedent(code))
+        return self.run(str(path), *args, **kwargs)
+
+    def report(self, code: str, **kwargs) -> dict:
+        """Run a script whose last stdout line is a JSON object; return it."""
+        result = self.script(code, **kwargs)
+        return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def _make_venv(root: Path, workdir: Path, cache_dir: Path) -> Python:
+    """A venv without pip that sees torch through a .pth line."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True, timeout=TIMEOUT)
+    executable = root / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+    purelib = subprocess.run(
+        [str(executable), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True, capture_output=True, text=True, timeout=TIMEOUT,
+    ).stdout.strip()
+    torch_home = Path(torch.__file__).resolve().parents[1]
+    (Path(purelib) / "_torch_of_the_test_runner.pth").write_text(f"{torch_home}\n")
+    return Python(executable, Path(purelib), workdir, cache_dir)
+
+
+def _copy_checkout(dest: Path) -> Path:
+    """The checkout without build leftovers (a stale build/ or egg-info would leak in)."""
+    ignore = shutil.ignore_patterns(".git", "build", "dist", "*.egg-info", "__pycache__", ".venv", ".pytest_cache")
+    shutil.copytree(ROOT, dest, ignore=ignore)
+    return dest
+
+
+@pytest.fixture(scope="session")
+def source_copy(tmp_path_factory) -> Path:
+    """A clean copy to put on PYTHONPATH: importable, not installed (no metadata)."""
+    return _copy_checkout(tmp_path_factory.mktemp("source") / "inductor_addmm_fix-src")
+
+
+@pytest.fixture(scope="session")
+def wheel(tmp_path_factory) -> Path:
+    """A wheel built from its own copy (setuptools writes egg-info into the tree it builds)."""
+    tree = _copy_checkout(tmp_path_factory.mktemp("build") / "inductor_addmm_fix-src")
+    out = tmp_path_factory.mktemp("dist")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", str(tree), "--no-deps", "--no-build-isolation",
+         "--no-index", "-q", "-w", str(out)],
+        check=True, timeout=TIMEOUT,
+    )
+    (built,) = out.glob("inductor_addmm_fix-*.whl")
+    return built
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("inductor-cache")
+
+
+@pytest.fixture(scope="session")
+def venv(wheel, tmp_path_factory, cache_dir) -> Python:
+    """A fresh venv with the wheel installed (pip >= 22.3 of the runner installs it)."""
+    base = tmp_path_factory.mktemp("venv")
+    python = _make_venv(base / "venv", tmp_path_factory.mktemp("work"), cache_dir)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python.executable), "install", "--no-deps",
+         "--no-index", "-q", str(wheel)],
+        check=True, timeout=TIMEOUT,
+    )
+    assert (python.site_packages / PTH).is_file()
+    return python
+
+
+# ------------------------------------------------------------------ the wheel
+def test_wheel_ships_the_pth_at_the_top_and_declares_the_entry_point(wheel):
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        assert PTH in names  # the wheel's root is site-packages
+        assert archive.read(PTH).decode() == (ROOT / PTH).read_text()
+        (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
+        text = archive.read(entry_points).decode()
+    assert "[torch.backends]" in text
+    assert "inductor_addmm_fix = inductor_addmm_fix._startup:entry_point" in text
+
+
+# ------------------------------------------------------------------ the routes
+ACTIVE_WITHOUT_IMPORT = """
+    import json, sys
+    import torch
+    imported_by_routes = "inductor_addmm_fix" in sys.modules
+    from torch._dynamo.utils import counters
+
+    def f(c, a, b):
+        return torch.addmm(c, a, b, out_dtype=torch.float32)
+
+    a, b, c = torch.randn(32, 64).bfloat16(), torch.randn(64, 16).bfloat16(), torch.randn(32, 16)
+    with torch._inductor.config.patch(fx_graph_cache=False), torch._functorch.config.patch(enable_autograd_cache=False):
+        out = torch.compile(f, backend="inductor", fullgraph=True)(c, a, b)
+    ref = c.double() + a.double() @ b.double()
+
+    import inductor_addmm_fix as fix  # only now, to read the report
+    status = fix.status()
+    print(json.dumps(dict(
+        imported_by_routes=imported_by_routes, installed=status.installed, activation=status.activation,
+        tiers=status.tiers, file=fix.__file__, dtype=str(out.dtype),
+        error=((out.double() - ref).norm() / ref.norm()).item(),
+        lowered=counters["inductor_addmm_fix"]["addmm.dtype:product_then_epilogue"],
+    )))
+"""
+
+
+def test_active_after_import_torch_with_no_import_of_the_package(venv):
+    report = venv.report(ACTIVE_WITHOUT_IMPORT)
+    assert report["imported_by_routes"]
+    assert Path(report["file"]).is_relative_to(venv.site_packages)  # the wheel, not the checkout
+    assert report["installed"] and report["activation"] == "entry-point"
+    assert report["tiers"] == {"core": "applied", "inductor": "applied"}
+    assert report["dtype"] == "torch.float32" and report["error"] < 1e-5
+    assert report["lowered"] >= 1
+
+
+STATE = """
+    import json, sys
+    before = "inductor_addmm_fix" in sys.modules
+    import torch
+    import inductor_addmm_fix as fix
+    from inductor_addmm_fix._torch_features import meta_kernel_works
+    print(json.dumps(dict(pth_imported_it=before, installed=fix.is_installed(),
+                          activation=fix.status().activation, torch_before="torch" in sys.modules,
+                          baddbmm_meta_fixed=meta_kernel_works("baddbmm"))))
+"""
+
+
+@pytest.mark.parametrize("value", ["0", "off"])
+def test_env_var_off_disables_every_route(venv, value):
+    report = venv.report(STATE, INDUCTOR_ADDMM_FIX=value)
+    assert not report["pth_imported_it"]
+    assert not report["installed"] and report["activation"] is None
+    assert not report["baddbmm_meta_fixed"]  # broken in stock torch up to 2.15: torch left as it was
+
+
+@pytest.mark.parametrize("autoload", ["1", "0"])
+def test_sitecustomize_can_turn_it_off_after_startup(venv, tmp_path, autoload):
+    """The variable as set when torch is imported decides, for every route."""
+    (tmp_path / "sitecustomize.py").write_text("import os\nos.environ['INDUCTOR_ADDMM_FIX'] = 'off'\n")
+    report = venv.report(STATE, PYTHONPATH=str(tmp_path), TORCH_DEVICE_BACKEND_AUTOLOAD=autoload)
+    assert report["pth_imported_it"]  # the .pth ran before sitecustomize
+    assert not report["installed"] and not report["baddbmm_meta_fixed"]
+
+
+def test_pth_route_when_torch_backend_autoload_is_off(venv):
+    report = venv.report(STATE, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+    assert report["pth_imported_it"]
+    assert report["installed"] and report["activation"] == ".pth"
+    assert report["baddbmm_meta_fixed"]
+
+
+def test_interpreter_startup_imports_no_torch_and_nothing_heavy(venv):
+    importtime = venv.run("-X", "importtime", "-c", "pass").stderr
+    assert "inductor_addmm_fix._startup" in importtime  # the .pth line ran
+    assert "torch" not in importtime.replace("inductor_addmm_fix", "")
+    modules = "import sys; print(' '.join(sorted(sys.modules)))"
+    on = set(venv.run("-c", modules).stdout.split())
+    off = set(venv.run("-c", modules, INDUCTOR_ADDMM_FIX="0").stdout.split())
+    added = {m for m in on - off if m != "inductor_addmm_fix" and not m.startswith("inductor_addmm_fix.")}
+    assert added <= {"__future__"}, f"start-up imports {sorted(added)}"
+
+
+SPAWNED = """
+    import json, multiprocessing
+
+    def fix_state(_=None):
+        import torch, inductor_addmm_fix as fix
+        from inductor_addmm_fix._torch_features import meta_kernel_works
+        return fix.status().activation, fix.is_installed(), meta_kernel_works("baddbmm")
+
+    class Dataset:  # a DataLoader worker reports its own state
+        def __len__(self):
+            return 1
+
+        def __getitem__(self, i):
+            return fix_state()
+
+    def first(batch):
+        return batch[0]
+
+    if __name__ == "__main__":
+        with multiprocessing.get_context("spawn").Pool(1) as pool:  # the parent has no torch
+            child = pool.apply(fix_state)
+        import torch.utils.data
+        loader = torch.utils.data.DataLoader(Dataset(), num_workers=1, multiprocessing_context="spawn",
+                                             collate_fn=first)
+        print(json.dumps(dict(child=child, worker=list(next(iter(loader))))))
+"""
+
+
+def test_spawned_child_and_dataloader_worker_get_the_fix(venv):
+    report = venv.report(SPAWNED)
+    assert report["child"] == ["entry-point", True, True]
+    assert report["worker"] == ["entry-point", True, True]
+
+
+def test_inductor_subprocess_compile_lowers_with_the_fix(venv):
+    """TORCHINDUCTOR_FX_COMPILE_MODE=SUBPROCESS lowers in a fresh interpreter: the routes cover it."""
+    result = venv.run("-m", "inductor_addmm_fix", "check", TORCHINDUCTOR_FX_COMPILE_MODE="SUBPROCESS")
+    assert "FIXED" in result.stdout and "compile subprocess" in result.stdout, result.stdout
+
+
+def test_explicit_import_only_warns_under_subprocess_compile(source_copy, tmp_path, cache_dir):
+    """Not installed, only imported: Inductor's compile child will lack the fix, and we say so."""
+    python = _make_venv(tmp_path / "bare", tmp_path, cache_dir)
+    code = "import inductor_addmm_fix, torch, inductor_addmm_fix._routes as r; print(r.fresh_interpreters_covered())"
+    result = python.run("-c", code, PYTHONPATH=str(source_copy), TORCHINDUCTOR_FX_COMPILE_MODE="SUBPROCESS")
+    if result.stdout.split()[-1] == "True":
+        pytest.skip("the test runner's environment has inductor_addmm_fix installed: nothing is uncovered")
+    assert "active in this process only" in result.stderr
+    assert result.stderr.count("inductor_addmm_fix:") == 1
+
+
+# ------------------------------------------------------------------ failures stay warnings
+FAKE_TORCH = '''
+__version__ = "2.99.0+fake"  # no ops, no _decomp, no _inductor
+from importlib.metadata import entry_points
+for ep in entry_points(group="torch.backends"):  # what torch does at the end of its import
+    ep.load()()
+'''
+
+
+@pytest.mark.parametrize("autoload", ["1", "0"])
+def test_torch_without_the_internals_we_patch_still_imports(venv, tmp_path, autoload):
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text(FAKE_TORCH)
+    result = venv.run("-c", "import torch; print(torch.__version__)", PYTHONPATH=str(tmp_path),
+                      TORCH_DEVICE_BACKEND_AUTOLOAD=autoload)
+    assert result.stdout.strip() == "2.99.0+fake"
+    warnings = [line for line in result.stderr.splitlines() if "RuntimeWarning: inductor_addmm_fix" in line]
+    assert len(warnings) == 1, result.stderr
+    assert "torch was left as it was" in warnings[0]
+
+
+BREAK_DECOMP = '''
+"""Break torch._decomp the moment it is imported, before our hook can run."""
+import sys
+
+class Broken(dict):
+    def get(self, key, default=None):
+        if ".dtype" in str(key):
+            raise RuntimeError("simulated: torch internals changed under us")
+        return super().get(key, default)
+
+class Finder:
+    def find_spec(self, name, path, target=None):
+        if name != "torch._decomp":
+            return None
+        for finder in sys.meta_path:
+            if finder is not self and hasattr(finder, "find_spec"):
+                spec = finder.find_spec(name, path, target)
+                if spec is not None:
+                    run = spec.loader.exec_module
+                    def exec_module(module, run=run):
+                        run(module)
+                        module.decomposition_table = Broken(module.decomposition_table)
+                    spec.loader.exec_module = exec_module
+                    return spec
+
+sys.meta_path.insert(0, Finder())
+'''
+
+
+def test_exception_inside_the_patch_does_not_break_import_torch(venv, tmp_path):
+    (tmp_path / "sitecustomize.py").write_text(BREAK_DECOMP)
+    code = (
+        "import json, torch; import inductor_addmm_fix as fix; s = fix.status(); "
+        "print(json.dumps(dict(sum=torch.ones(3).sum().item(), core=s.tiers['core'], activation=s.activation)))"
+    )
+    result = venv.run("-c", code, PYTHONPATH=str(tmp_path))
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["sum"] == 3.0  # torch works
+    assert report["core"].startswith("failed: RuntimeError: simulated")
+    assert report["activation"] == "entry-point"
+    assert result.stderr.count("RuntimeWarning: inductor_addmm_fix") == 1, result.stderr
+
+
+def test_pth_line_is_silent_when_the_package_is_gone_and_warns_once_when_it_is_broken(venv, tmp_path):
+    """Run the installed .pth as Python would (site.addsitedir) without the package."""
+    lonely = tmp_path / "site"
+    lonely.mkdir()
+    shutil.copy(venv.site_packages / PTH, lonely / PTH)
+    code = f"import site, sys; site.addsitedir({str(lonely)!r}); print(sorted(m for m in sys.modules if 'addmm' in m))"
+    gone = venv.run("-S", "-c", code)  # -S: no site-packages, so no package
+    assert gone.stdout.strip() == "[]" and gone.stderr == ""
+
+    broken = tmp_path / "broken"
+    (broken / "inductor_addmm_fix").mkdir(parents=True)
+    (broken / "inductor_addmm_fix" / "__init__.py").write_text("raise RuntimeError('half-uninstalled')\n")
+    result = venv.run("-S", "-c", code, PYTHONPATH=str(broken))
+    assert result.stdout.strip() == "[]"
+    assert result.stderr.count("RuntimeWarning: inductor_addmm_fix: start-up hook skipped") == 1, result.stderr
+
+
+@pytest.mark.parametrize(
+    "value, imported",
+    [("0", False), ("false", False), ("off", False), ("no", False), (" OFF ", False), ("False", False), ("1", True)],
+)
+def test_pth_line_checks_the_env_var_before_importing_anything(venv, tmp_path, value, imported):
+    code = "import site, sys; site.addsitedir(sys.argv[1]); print('inductor_addmm_fix' in sys.modules)"
+    shutil.copy(venv.site_packages / PTH, tmp_path / PTH)
+    result = venv.run("-S", "-c", code, str(tmp_path), INDUCTOR_ADDMM_FIX=value, PYTHONPATH=str(venv.site_packages))
+    assert result.stdout.strip() == str(imported)
+
+
+# ------------------------------------------------------------------ the command line
+def test_status_command_reports_route_and_patches(venv):
+    report = json.loads(venv.run("-m", "inductor_addmm_fix", "status", "--json").stdout)
+    assert report["installed"] and report["activation"] == "entry-point"
+    assert report["torch_version"] == torch.__version__
+    applied = {p["name"] for p in report["patches"] if p["applied"]}
+    assert "inductor.lowering.addmm.dtype" in applied
+    assert report["routes"]["fresh interpreters"].startswith("covered")
+
+    text = venv.run("-m", "inductor_addmm_fix", expect_rc=1, INDUCTOR_ADDMM_FIX="0").stdout
+    assert "installed: no" in text and "INDUCTOR_ADDMM_FIX:" in text
+
+
+def test_check_command_exit_codes(venv, tmp_path):
+    fixed = venv.run("-m", "inductor_addmm_fix", "check", expect_rc=0).stdout
+    assert "FIXED" in fixed and "addmm.dtype:product_then_epilogue" in fixed
+
+    broken = venv.run("-m", "inductor_addmm_fix", "check", expect_rc=1, INDUCTOR_ADDMM_FIX="0").stdout
+    assert "BROKEN" in broken and "fix NOT active" in broken
+
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text("raise ImportError('simulated: no torch here')\n")
+    missing = venv.run("-m", "inductor_addmm_fix", "check", expect_rc=2, PYTHONPATH=str(tmp_path)).stdout
+    assert "could not run" in missing
