@@ -126,11 +126,14 @@ def cache_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def venv(wheel, tmp_path_factory, cache_dir) -> Python:
-    """A fresh venv with the wheel installed (pip >= 22.3 of the runner installs it)."""
+    """A fresh venv with the wheel installed (pip >= 22.3 of the runner installs it).
+
+    --ignore-installed: the venv sees the runner's site-packages (for torch), where this
+    package may be installed too; pip must still put the wheel into the venv."""
     base = tmp_path_factory.mktemp("venv")
     python = _make_venv(base / "venv", tmp_path_factory.mktemp("work"), cache_dir)
     subprocess.run(
-        [sys.executable, "-m", "pip", "--python", str(python.executable), "install", "--no-deps",
+        [sys.executable, "-m", "pip", "--python", str(python.executable), "install", "--no-deps", "--ignore-installed",
          "--no-index", "-q", str(wheel)],
         check=True, timeout=TIMEOUT,
     )
