@@ -207,44 +207,9 @@ def _has(name, param=None):
     return fn is not None and (param is None or param in inspect.signature(fn).parameters)
 
 
-@pytest.mark.skipif(not _has("liger_fused_linear_jsd", "accum_dtype"), reason="this Liger's JSD has no accum_dtype")
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
-def test_fused_linear_jsd_matches_eager(dtype):
-    bt, h, v = 4 * 47, 31, 123
-    s_x = torch.randn(bt, h, device="cuda", dtype=dtype, requires_grad=True)
-    s_w = (torch.randn(v, h, device="cuda", dtype=dtype) * h**-0.5).requires_grad_()
-    t_x = torch.randn(bt, h, device="cuda", dtype=dtype)
-    t_w = torch.randn(v, h, device="cuda", dtype=dtype) * h**-0.5
-
-    def fn(s_x, s_w):
-        return liger.liger_fused_linear_jsd(s_x, s_w, t_x, t_w, accum_dtype=torch.float32)
-
-    def run_once(f):
-        s_x.grad = s_w.grad = None
-        loss = f(s_x, s_w)
-        loss.backward()
-        return [loss.detach(), s_x.grad, s_w.grad]
-
-    eager = run_once(fn)
-    counters[COUNTER].clear()
-    with torch._inductor.config.patch(force_disable_caches=True):
-        compiled = run_once(torch.compile(fn))
-    assert sum(counters[COUNTER].values()) >= 1, dict(counters[COUNTER])
-    for c, e in zip(compiled, eager):
-        if not torch.equal(c, e):
-            torch.testing.assert_close(c, e, **TOLERANCE[dtype])
-
-
-@pytest.mark.skipif(not _has("liger_fused_linear_kl_div", "accum_dtype"), reason="this Liger has no fused_linear_kl_div")
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
-def test_fused_linear_kl_div_matches_eager(dtype):
-    bt, h, v = 4 * 47, 31, 123
-    x = torch.randn(bt, h, device="cuda", dtype=dtype, requires_grad=True)
-    w = (torch.randn(v, h, device="cuda", dtype=dtype) * h**-0.5).requires_grad_()
-    target = torch.log_softmax(torch.randn(bt, v, device="cuda"), dim=-1).to(dtype)
-
-    def fn(x, w):
-        return liger.liger_fused_linear_kl_div(x, w, target, accum_dtype=torch.float32)
+def assert_compiled_matches_eager(fn, x, w, dtype):
+    """fn(x, w) -> loss; compiled and eager losses and gradients agree, and the
+    out_dtype matmul was lowered by the plugin."""
 
     def run_once(f):
         x.grad = w.grad = None
@@ -256,7 +221,40 @@ def test_fused_linear_kl_div_matches_eager(dtype):
     counters[COUNTER].clear()
     with torch._inductor.config.patch(force_disable_caches=True):
         compiled = run_once(torch.compile(fn))
-    assert sum(v for k, v in counters[COUNTER].items() if k.startswith("addmm.dtype")) >= 1, dict(counters[COUNTER])
+    assert sum(v for k, v in counters[COUNTER].items() if k.startswith(("addmm.dtype", "mm.dtype"))) >= 1, dict(
+        counters[COUNTER]
+    )
     for c, e in zip(compiled, eager):
         if not torch.equal(c, e):
             torch.testing.assert_close(c, e, **TOLERANCE[dtype])
+
+
+def student(dtype, bt=4 * 47, h=31, v=123):
+    x = torch.randn(bt, h, device="cuda", dtype=dtype, requires_grad=True)
+    w = (torch.randn(v, h, device="cuda", dtype=dtype) * h**-0.5).requires_grad_()
+    return x, w
+
+
+@pytest.mark.skipif(not _has("liger_fused_linear_jsd", "accum_dtype"), reason="this Liger's JSD has no accum_dtype")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_fused_linear_jsd_matches_eager(dtype):
+    s_x, s_w = student(dtype)
+    t_x = torch.randn_like(s_x).detach()
+    t_w = torch.randn_like(s_w).detach() * s_w.shape[1] ** -0.5
+
+    def fn(s_x, s_w):
+        return liger.liger_fused_linear_jsd(s_x, s_w, t_x, t_w, accum_dtype=torch.float32)
+
+    assert_compiled_matches_eager(fn, s_x, s_w, dtype)
+
+
+@pytest.mark.skipif(not _has("liger_fused_linear_kl_div", "accum_dtype"), reason="this Liger has no fused_linear_kl_div")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_fused_linear_kl_div_matches_eager(dtype):
+    x, w = student(dtype)
+    target = torch.log_softmax(torch.randn(x.shape[0], w.shape[0], device="cuda"), dim=-1).to(dtype)
+
+    def fn(x, w):
+        return liger.liger_fused_linear_kl_div(x, w, target, accum_dtype=torch.float32)
+
+    assert_compiled_matches_eager(fn, x, w, dtype)
