@@ -149,15 +149,47 @@ def meta_kernel_accepts(name: str) -> list[str]:
     op = overload(name)
     accepted = []
     for problem, args in _invalid_meta_calls(name).items():
-        for context in (contextlib.nullcontext, _python_dispatcher):
+        for context in (contextlib.nullcontext, _python_dispatcher, _cpu_fake_tensors):
             try:
-                with context():
-                    op(*args)
+                with context() as convert:
+                    op(*(convert(a) if convert else a for a in args))
             except Exception:
                 continue
             accepted.append(problem)
             break
     return accepted
+
+
+@contextlib.contextmanager
+def _cpu_fake_tensors():
+    """CPU FakeTensors under the Python dispatcher, as Dynamo traces CPU inputs.
+    Needed because meta tensors count as CUDA for ``device_hint``, and from 2.14
+    the stock meta kernels check out_dtype for CUDA/XPU tensors only."""
+    import logging
+
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    # FakeTensor logs every meta kernel that raises, with its traceback: these
+    # raise on purpose.
+    quiet = logging.getLogger("torch._subclasses.fake_tensor")
+    silence = _Silence()
+    quiet.addFilter(silence)
+    try:
+        with FakeTensorMode() as mode, _python_dispatcher():
+
+            def convert(a):
+                if not isinstance(a, torch.Tensor):
+                    return a
+                return mode.from_tensor(torch.empty(a.shape, dtype=a.dtype))
+
+            yield convert
+    finally:
+        quiet.removeFilter(silence)
+
+
+class _Silence:
+    def filter(self, record) -> bool:
+        return False
 
 
 def core_decomposition(name: str) -> Any:
