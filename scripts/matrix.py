@@ -62,9 +62,13 @@ def log(message: str) -> None:
     print(f"[matrix] {message}", flush=True)
 
 
-def run(cmd: list, **kwargs) -> None:
+def run(cmd: list) -> None:
+    """Run a command quietly; show its output only if it fails."""
     log(" ".join(str(c) for c in cmd))
-    subprocess.run([str(c) for c in cmd], check=True, **kwargs)
+    proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True)
+    if proc.returncode != 0:
+        print(proc.stdout[-5000:], proc.stderr[-5000:], sep="\n", file=sys.stderr)
+        raise subprocess.CalledProcessError(proc.returncode, cmd)
 
 
 # ------------------------------------------------------------------ wheels
