@@ -90,10 +90,12 @@ def _warn_once(key: str, message: str) -> None:
 
 
 def _apply_tier(tier: str) -> None:
-    """Plan and apply one tier, all or nothing; on any failure warn once and leave torch as it was."""
+    """Plan and apply one tier.  The fix is all or nothing: if any tier fails, every
+    patch of every tier is restored, torch is left as it was, and we warn once."""
     with _lock:
-        if not _state["wanted"] or tier in _state["decisions"]:
+        if not _state["wanted"] or tier in _state["decisions"] or _state["errors"]:
             return
+        registry = _get_registry()
         try:
             from . import _plan  # imports torch: a torch unlike any we know fails here
 
@@ -102,25 +104,33 @@ def _apply_tier(tier: str) -> None:
             else:
                 decisions = _plan.plan_inductor(__version__)
             patches = [p for d in decisions if d.needed for p in d.patches]
-            registry = _get_registry()
             registry.apply(patches)
             if tier == _plan.CORE:
-                try:
-                    _self_test_core()
-                except Exception:
-                    registry.restore(only=patches)
-                    raise
+                _self_test_core()
         except Exception as error:  # never let the fix break torch or the program
-            _state["errors"][tier] = f"{type(error).__name__}: {error}"
-            _warn_once(
-                f"tier:{tier}",
-                f"inductor_addmm_fix: the {tier} patches could not be applied to torch "
-                f"and torch was left as it was ({type(error).__name__}: {error})",
-            )
+            _give_up(tier, error)
             return
         _state["decisions"][tier] = decisions
-        _state["errors"].pop(tier, None)
         _logger().info("applied %d %s patch(es)", len(patches), tier)
+
+
+def _give_up(tier: str, error: Exception) -> None:
+    """Restore every patch (all tiers), stop waiting for Inductor, warn once."""
+    from . import _import_hooks
+
+    _import_hooks.cancel(INDUCTOR_TRIGGER)
+    rolled_back = sorted(_state["decisions"])
+    problems = _get_registry().restore()
+    _state["decisions"] = {}
+    _state["errors"][tier] = f"{type(error).__name__}: {error}"
+    also = f" (the {', '.join(rolled_back)} patches were rolled back too)" if rolled_back else ""
+    _warn_once(
+        f"tier:{tier}",
+        f"inductor_addmm_fix: the {tier} patches could not be applied to torch, so the fix is off "
+        f"and torch was left as it was{also} ({type(error).__name__}: {error})",
+    )
+    for problem in problems:
+        _warn_once(f"restore:{problem}", f"inductor_addmm_fix: {problem}")
 
 
 def _self_test_core() -> None:
@@ -132,6 +142,13 @@ def _self_test_core() -> None:
         raise _plan.PlanError(
             "self-test failed after patching: " + ", ".join(f"{n}.dtype" for n in broken) + " still fail on meta tensors"
         )
+    lax = {n: _torch_features.meta_kernel_accepts(n) for n in _torch_features.FAMILY}
+    lax = {n: problems for n, problems in lax.items() if problems}
+    if lax:
+        raise _plan.PlanError(
+            "self-test failed after patching: "
+            + "; ".join(f"{n}.dtype still accepts {', '.join(p)}" for n, p in lax.items())
+        )
 
 
 def _apply_inductor_tier() -> None:
@@ -141,9 +158,12 @@ def _apply_inductor_tier() -> None:
 
 
 def install(*, activation: str = "install()") -> "Status":
-    """Apply the fix to this process.  Idempotent; never raises for a torch it
-    cannot patch (it warns once and leaves torch untouched).  Tier 2 is applied
-    now if Inductor is imported, otherwise as soon as it is."""
+    """Apply the fix to this process.  Idempotent and thread-safe.  Tier 2 is
+    applied now if Inductor is imported, otherwise as soon as it is.
+
+    All or nothing: on a torch it cannot patch (internals missing or renamed, a
+    self-test failing) it warns once, restores whatever it had applied, Tier 1
+    included if Tier 2 fails later, and never raises.  Calling it again retries."""
     from . import _import_hooks
 
     _logger()  # the NullHandler, before any of our modules logs
@@ -155,8 +175,10 @@ def install(*, activation: str = "install()") -> "Status":
                 from ._routes import warn_if_subprocess_compile_uncovered
 
                 warn_if_subprocess_compile_uncovered(_warn_once)
+        _state["errors"] = {}  # a failed attempt left torch as it was: try again
         _apply_tier("core")  # imports torch, inside the guard: a torch we cannot patch only warns
-        _import_hooks.when_imported(INDUCTOR_TRIGGER, _apply_inductor_tier)
+        if "core" in _state["decisions"]:
+            _import_hooks.when_imported(INDUCTOR_TRIGGER, _apply_inductor_tier)
         return status()
 
 
@@ -180,7 +202,7 @@ def uninstall() -> "Status":
 def is_installed() -> bool:
     """Whether the fix is active in this process (Tier 2 may still wait for Inductor)."""
     with _lock:
-        return _state["wanted"] and "core" in _state["decisions"]
+        return _state["wanted"] and "core" in _state["decisions"] and not _state["errors"]
 
 
 def status() -> "Status":
@@ -196,6 +218,8 @@ def status() -> "Status":
         for tier in ("core", "inductor"):
             if tier in _state["errors"]:
                 tiers[tier] = f"failed: {_state['errors'][tier]}"
+            elif _state["errors"]:
+                tiers[tier] = "not applied: another tier failed and the fix is all or nothing"
             elif tier in _state["decisions"]:
                 tiers[tier] = "applied"
                 patches += [

@@ -78,7 +78,9 @@ def when_imported(fullname: str, callback) -> bool:
     Returns True if the callback ran now."""
     with _lock:
         if fullname not in sys.modules:
-            _pending.setdefault(fullname, []).append(callback)
+            callbacks = _pending.setdefault(fullname, [])
+            if callback not in callbacks:  # install() may be called many times
+                callbacks.append(callback)
             if _finder not in sys.meta_path:
                 sys.meta_path.insert(0, _finder)
             return False

@@ -15,7 +15,7 @@ import hashlib
 import torch
 
 from . import _torch_features as features
-from ._registry import ABSENT, ConfigValue, DictEntry, DispatcherKernel, Patch, PyKernel, TagInString
+from ._registry import ABSENT, ConfigValue, DictEntry, DispatcherKernel, Patch, PyKernel, TagInConfigDefault, TagInString
 
 CORE = "core"
 INDUCTOR = "inductor"
@@ -24,6 +24,7 @@ INDUCTOR = "inductor"
 PR_CORE_ADDMM = "pytorch/pytorch#179634 (torch 2.13): dedicated addmm_dtype decomposition"
 PR_CORE_BADDBMM = "none yet: baddbmm is registered packet-wide up to torch 2.15"
 PR_META_MM = "pytorch/pytorch#163393 (torch 2.10): meta_mm takes out_dtype"
+PR_META_CHECKS = "none yet: the stock meta kernels check fewer preconditions than the eager kernels"
 PR_INDUCTOR = "pytorch/pytorch#190936 (open): Inductor stops claiming the .dtype overloads"
 PR_AS_STRIDED = "pytorch/pytorch#161115 (PR #184050, reverted): Triton-kernel clones of views"
 PR_REINPLACE = "none yet: Inductor's reinplace pass has no addmm entries (torch 2.15)"
@@ -97,11 +98,26 @@ def plan_core() -> list[Decision]:
                 )
             )
 
-        if features.meta_kernel_works(name):
+        works = features.meta_kernel_works(name)
+        accepted = features.meta_kernel_accepts(name) if works else []
+        if works and not accepted:
             decisions.append(
-                Decision(f"core.meta.{name}.dtype", CORE, False, "stock meta kernel keeps out_dtype", obsolete)
+                Decision(
+                    f"core.meta.{name}.dtype",
+                    CORE,
+                    False,
+                    "stock meta kernel keeps out_dtype and rejects what eager rejects",
+                    obsolete,
+                )
             )
             continue
+        if works:
+            # Eager rejects these; a meta kernel that lets them through makes
+            # compiled code accept them too (or fail late, in Inductor).
+            reason = "the meta kernel accepts " + ", ".join(accepted) + ", which eager rejects"
+            obsolete = PR_META_CHECKS
+        else:
+            reason = "the meta kernel fails on out_dtype, so FakeTensor (Dynamo tracing) fails"
         _require(name in t1.META_KERNELS, f"known fix for the {name}.dtype meta kernel")
         patches = []
         for op, meta in zip(ops, t1.META_KERNELS[name]):
@@ -137,14 +153,7 @@ def plan_core() -> list[Decision]:
                 )
             )
         decisions.append(
-            Decision(
-                f"core.meta.{name}.dtype",
-                CORE,
-                True,
-                "the meta kernel fails on out_dtype, so FakeTensor (Dynamo tracing) fails",
-                obsolete,
-                patches,
-            )
+            Decision(f"core.meta.{name}.dtype", CORE, True, reason, obsolete, patches)
         )
     return decisions
 
@@ -386,6 +395,9 @@ def _plan_cache_key(package_version: str, decisions: list[Decision]) -> Decision
     applied = sorted(d.name for d in decisions if d.needed)
     digest = hashlib.sha1("\n".join(applied).encode()).hexdigest()[:8]
     tag = f";inductor_addmm_fix={package_version}+{digest}"
+    # 2.13+: config assignments are per thread; tag the value every thread sees.
+    kind = TagInConfigDefault if features.config_is_per_thread(cfg, "cache_key_tag") else TagInString
+    slot = kind(cfg, "cache_key_tag", tag, "torch.compiler.config")
     return Decision(
         name,
         "cache",
@@ -397,7 +409,7 @@ def _plan_cache_key(package_version: str, decisions: list[Decision]) -> Decision
             Patch(
                 name,
                 "cache",
-                TagInString(cfg, "cache_key_tag", tag, "torch.compiler.config"),
+                slot,
                 lambda old, tag=tag: old + tag,
                 "cache keys",
                 PR_CACHE,

@@ -156,6 +156,55 @@ class TagInString(Slot):
 
 
 @dataclasses.dataclass(eq=False)
+class TagInConfigDefault(TagInString):
+    """Like :class:`TagInString`, for a torch config option whose assignments are
+    per thread: from torch 2.13 ``ConfigModule`` keeps ``setattr`` values in a
+    ``ContextVar``, so assigning would tag the calling thread only, and an
+    ``uninstall()`` from another thread could not see the tag to remove it.
+
+    We tag the process-wide layer that every thread reads when it has not assigned
+    the option itself (the value from the environment variable if there was one,
+    else the default) and, if the calling thread has assigned it, that thread's
+    value too.  Restoring puts the layer back exactly and removes the tag from the
+    restoring thread's own value.  Another thread's own value is out of reach: it
+    keeps whatever it assigned, as assigning replaces the tag on any torch."""
+
+    def _entry(self) -> Any:
+        return self.owner._config[self.attr]
+
+    def _field(self) -> str:
+        from torch.utils._config_module import _UNSET_SENTINEL
+
+        return "default" if self._entry().env_value_default is _UNSET_SENTINEL else "env_value_default"
+
+    def _own_value(self) -> Any:
+        from torch.utils._config_module import _UNSET_SENTINEL
+
+        value = self._entry().user_override.get()
+        return None if value is _UNSET_SENTINEL else value
+
+    def read(self) -> Any:
+        return getattr(self._entry(), self._field())
+
+    def write(self, value: Any) -> None:
+        setattr(self._entry(), self._field(), value)
+        own = self._own_value()
+        if isinstance(own, str) and self.tag not in own:
+            setattr(self.owner, self.attr, own + self.tag)
+
+    def unwrite(self, token: Any, saved: Any) -> None:
+        current = self.read()
+        restored = saved if current == saved + self.tag else current.replace(self.tag, "", 1)
+        setattr(self._entry(), self._field(), restored)
+        own = self._own_value()
+        if isinstance(own, str) and self.tag in own:
+            setattr(self.owner, self.attr, own.replace(self.tag, "", 1))
+
+    def describe(self) -> str:
+        return f"{self.owner_name}.{self.attr} (process-wide)"
+
+
+@dataclasses.dataclass(eq=False)
 class DispatcherKernel(Slot):
     """The kernel of one aten overload for one dispatch key (here: Meta).
 

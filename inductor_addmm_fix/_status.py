@@ -22,7 +22,7 @@ class Status:
     torch_version: str
     installed: bool
     activation: str | None
-    tiers: dict[str, str]  # tier -> "applied" | "waiting for torch._inductor" | "failed: ..." | "not installed"
+    tiers: dict[str, str]  # tier -> "applied" | "waiting for ..." | "failed: ..." | "not applied: ..." | "not installed"
     patches: tuple[PatchStatus, ...]
 
     def as_dict(self) -> dict[str, Any]:

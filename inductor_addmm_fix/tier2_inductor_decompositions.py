@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import torch
 
-from .tier1_core_decompositions import check_bmm_operands, check_mm_operands, scale_and_add
+from .tier1_core_decompositions import check_bias, check_bmm_operands, check_mm_operands, scale_and_add
 
 Decomposition = Callable[..., Any]
 
@@ -60,6 +60,8 @@ def addmm_dtype_small_shapes(stock_mm: Decomposition) -> Decomposition:
     mm_dtype = mm_dtype_small_shapes(stock_mm)
 
     def addmm_dtype(self, mat1, mat2, out_dtype, beta=1, alpha=1):
+        check_mm_operands(mat1, mat2, out_dtype)
+        check_bias(self, (mat1.shape[0], mat2.shape[1]), mat1.dtype, out_dtype)
         product = mm_dtype(mat1, mat2, out_dtype)
         if product is NotImplemented:
             return NotImplemented
@@ -73,6 +75,8 @@ def baddbmm_dtype_small_shapes(stock_bmm: Decomposition) -> Decomposition:
     bmm_dtype = bmm_dtype_small_shapes(stock_bmm)
 
     def baddbmm_dtype(self, batch1, batch2, out_dtype, beta=1, alpha=1):
+        check_bmm_operands(batch1, batch2, out_dtype)
+        check_bias(self, (batch1.shape[0], batch1.shape[1], batch2.shape[2]), batch1.dtype, out_dtype)
         product = bmm_dtype(batch1, batch2, out_dtype)
         if product is NotImplemented:
             return NotImplemented

@@ -1,0 +1,221 @@
+"""The patch itself is robust: on a torch whose internals are missing or renamed,
+install() warns once and leaves every table as it was; a thousand install/uninstall
+cycles leave the stock tables; install/uninstall from many threads are safe."""
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import warnings
+
+import pytest
+import torch
+import torch._inductor.compile_fx  # noqa: F401  (so that install() applies both tiers at once)
+import torch._inductor.decomposition as inductor_decomposition
+import torch._inductor.lowering as L
+
+import inductor_addmm_fix as fix
+from torch_tables import differences, live_tables, tables_snapshot
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture
+def stock(monkeypatch):
+    """Torch as it is without the fix: (the table objects, their snapshot).  The
+    fix's memory of warnings already given is emptied for the test."""
+    fix.uninstall()
+    monkeypatch.setattr(fix, "_warned", set())
+    tables = live_tables()
+    return tables, tables_snapshot(tables)
+
+
+def _register_lowering_without_lowering_dict(monkeypatch):
+    real = L.register_lowering
+
+    def register_lowering(aten_fn, broadcast=False, type_promotion_kind=None, convert_input_to_bool=False):
+        return real(aten_fn, broadcast, type_promotion_kind, convert_input_to_bool)
+
+    monkeypatch.setattr(L, "register_lowering", register_lowering)
+
+
+class _RefusingDict(dict):
+    """A table that looks right but refuses the write of a .dtype overload."""
+
+    def __setitem__(self, key, value):
+        if "dtype" in str(key):
+            raise RuntimeError(f"refusing to set {key}")
+        super().__setitem__(key, value)
+
+
+def _overloads_without_dtype(monkeypatch):
+    """A torch older than 2.8: the packets have no .dtype/.dtype_out overloads."""
+    real = torch._ops.OpOverloadPacket.overloads
+    monkeypatch.setattr(
+        torch._ops.OpOverloadPacket, "overloads", lambda self: [o for o in real(self) if "dtype" not in o]
+    )
+
+
+def _library_refuses_meta_kernels(monkeypatch):
+    """Library.impl raises, as it does on 2.8-2.12 without allow_override."""
+
+    def impl(self, *args, **kwargs):
+        raise RuntimeError("This is not allowed since there's already a kernel registered from python")
+
+    monkeypatch.setattr(torch.library.Library, "impl", impl)
+
+
+# name -> what to do to torch (monkeypatch) so that it looks unlike any known release
+HOSTILE_TORCH = {
+    "inductor lowerings table missing": lambda mp: mp.delattr(L, "lowerings"),
+    "register_lowering without lowering_dict": _register_lowering_without_lowering_dict,
+    "inductor fallback_handler missing": lambda mp: mp.delattr(L, "fallback_handler"),
+    "inductor decompositions table missing": lambda mp: mp.delattr(inductor_decomposition, "decompositions"),
+    "core meta_table missing": lambda mp: mp.delattr(torch._decomp, "meta_table"),
+    "core decomposition_table missing": lambda mp: mp.delattr(torch._decomp, "decomposition_table"),
+    "no out_dtype overloads (torch < 2.8)": _overloads_without_dtype,
+    "Library.impl refuses Meta kernels (fails mid-apply in Tier 1)": _library_refuses_meta_kernels,
+    "lowerings refuses writes (fails mid-apply in Tier 2)": lambda mp: mp.setattr(L, "lowerings", _RefusingDict(L.lowerings)),
+}
+
+
+def _fix_warnings(record):
+    return [w for w in record if issubclass(w.category, RuntimeWarning) and "inductor_addmm_fix" in str(w.message)]
+
+
+@pytest.mark.parametrize("hostile", HOSTILE_TORCH.values(), ids=HOSTILE_TORCH.keys())
+def test_unknown_torch_internals_leave_every_table_untouched(stock, monkeypatch, hostile):
+    tables, before = stock
+    hostile(monkeypatch)
+    after = tables_snapshot(tables)
+    assert after == before, differences(before, after)  # the simulation itself touched nothing
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        fix.install()
+        assert tables_snapshot(tables) == before, differences(before, tables_snapshot(tables))
+        fix.install()  # a retry warns no more
+    assert len(_fix_warnings(record)) == 1, [str(w.message) for w in record]
+    assert tables_snapshot(tables) == before, differences(before, tables_snapshot(tables))
+    assert not fix.is_installed()
+
+
+@pytest.mark.parametrize("hostile", HOSTILE_TORCH.values(), ids=HOSTILE_TORCH.keys())
+def test_unknown_torch_internals_are_reported_by_status(stock, monkeypatch, hostile):
+    hostile(monkeypatch)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        status = fix.install()
+    failed = [tier for tier, state in status.tiers.items() if state.startswith("failed: ")]
+    assert len(failed) == 1, status.tiers
+    assert all(state.startswith(("failed: ", "not applied: ")) for state in status.tiers.values()), status.tiers
+    assert not status.installed and not status.patches
+
+
+def test_install_works_again_once_torch_is_whole(stock, monkeypatch):
+    tables, before = stock
+    with monkeypatch.context() as mp:
+        mp.delattr(L, "lowerings")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fix.install()
+    assert not fix.is_installed()
+    status = fix.install()
+    assert status.installed and status.tiers == {"core": "applied", "inductor": "applied"}
+    assert tables_snapshot(tables) != before
+
+
+def test_a_missing_cache_key_tag_only_skips_that_patch(stock, monkeypatch):
+    import torch.compiler.config as cfg
+
+    monkeypatch.delattr(cfg, "cache_key_tag")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning: nothing failed
+        status = fix.install()
+    assert status.installed
+    cache = [p for p in status.patches if p.name == "cache.key_tag"]
+    assert len(cache) == 1 and not cache[0].applied
+
+
+def test_inductor_failing_after_tier1_rolls_tier1_back():
+    """Tier 2 waits for Inductor's import; if it fails then, Tier 1 is restored too.
+    Needs an interpreter where Inductor is not imported yet."""
+    script = textwrap.dedent(
+        """
+        import sys, warnings
+        sys.path.insert(0, "tests")
+        warnings.simplefilter("always")
+        import torch
+        from torch_tables import family_ops
+        meta = {str(op): op.py_kernels.get(torch._C.DispatchKey.Meta) for op in family_ops()}
+        with warnings.catch_warnings(record=True) as record:
+            import inductor_addmm_fix as fix
+            assert fix.status().tiers["core"] == "applied", fix.status().tiers
+            assert "torch._inductor.compile_fx" not in sys.modules
+            import torch._inductor.lowering as L
+            real = L.register_lowering
+            L.register_lowering = lambda aten_fn, broadcast=False, type_promotion_kind=None: real(aten_fn)
+            import torch._inductor.compile_fx  # Tier 2 is planned now and fails
+        print(fix.status().tiers)
+        assert not fix.is_installed()
+        assert "failed" in fix.status().tiers["inductor"], fix.status().tiers
+        after = {str(op): op.py_kernels.get(torch._C.DispatchKey.Meta) for op in family_ops()}
+        assert after == meta, "Tier 1 was not rolled back"
+        mine = [w for w in record if "inductor_addmm_fix" in str(w.message)]
+        assert len(mine) == 1, [str(w.message) for w in record]
+        print("OK")
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if k != "INDUCTOR_ADDMM_FIX"}
+    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("OK"), proc.stdout[-2000:] + proc.stderr[-4000:]
+
+
+def test_a_thousand_install_uninstall_cycles_leave_stock_tables(stock):
+    tables, before = stock
+    fix.install()
+    patched = sorted(differences(before, tables_snapshot(tables)))
+    for _ in range(1000):
+        fix.uninstall()
+        fix.install()
+    assert sorted(differences(before, tables_snapshot(tables))) == patched
+    fix.uninstall()
+    assert tables_snapshot(tables) == before, differences(before, tables_snapshot(tables))
+    assert fix._get_registry().applied() == []
+
+
+def test_concurrent_install_and_uninstall_are_safe(stock):
+    tables, before = stock
+    fix.install()
+    patched = sorted(differences(before, tables_snapshot(tables)))
+    fix.uninstall()
+    errors = []
+    start = threading.Barrier(8)
+
+    def worker(seed):
+        try:
+            start.wait()
+            for i in range(60):
+                (fix.install if (i + seed) % 2 else fix.uninstall)()
+                fix.status()
+        except BaseException as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible
+    try:
+        with warnings.catch_warnings(record=True) as record:
+            warnings.simplefilter("always")
+            threads = [threading.Thread(target=worker, args=(seed,)) for seed in range(8)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert not errors, errors
+    assert not _fix_warnings(record), [str(w.message) for w in record]
+    fix.uninstall()
+    assert tables_snapshot(tables) == before, differences(before, tables_snapshot(tables))
+    fix.install()
+    assert sorted(differences(before, tables_snapshot(tables))) == patched
