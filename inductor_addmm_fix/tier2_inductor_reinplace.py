@@ -22,6 +22,7 @@ Upstream: none yet (no in-place ``addmm.dtype`` exists in aten).
 
 from __future__ import annotations
 
+import functools
 import threading
 from typing import Any
 
@@ -52,19 +53,35 @@ def _addmm_dtype_(self, mat1, mat2, out_dtype, *, beta=1, alpha=1):
 
 def lower_addmm_dtype_(self, mat1, mat2, out_dtype, *, beta=1, alpha=1):
     """addmm_dtype_: eager's addmm.dtype_out into ``self`` (cuBLAS, beta into the buffer);
-    where eager has no kernel, addmm.out on operands cast to out_dtype."""
+    where eager has no kernel, ``addmm_`` on operands cast to out_dtype."""
     from torch._inductor import lowering as L
 
     from .tier2_inductor_lowerings import ACCUMULATE_IN_PLACE, count
 
     count("addmm.dtype", ACCUMULATE_IN_PLACE)
+    self.realize()  # mutate the buffer that ``self`` names, not a copy of a lazy value
     if self.get_device().type in eager_kernel_devices("addmm"):
         kernel, operands = aten.addmm.dtype_out, (self, mat1, mat2, out_dtype)
+        kwargs = dict(beta=beta, alpha=alpha, out=self)
     else:
-        kernel = aten.addmm.out
-        operands = (self, L.to_dtype(mat1, out_dtype), L.to_dtype(mat2, out_dtype))
-    L.fallback_handler(kernel, add_to_fallback_set=False)(*operands, beta=beta, alpha=alpha, out=self)
+        kernel, operands = aten.addmm_.default, (self, L.to_dtype(mat1, out_dtype), L.to_dtype(mat2, out_dtype))
+        kwargs = dict(beta=beta, alpha=alpha)
+    L.fallback_handler(kernel, add_to_fallback_set=False)(*operands, **kwargs)
     return self
+
+
+@functools.cache
+def fallback_kernel_runs_out_variants() -> bool:
+    """Whether Inductor's FallbackKernel accepts aten out= ops such as addmm.dtype_out
+    (torch 2.11+: the ``has_functionalize_impl`` escape); before, they are "NYI"."""
+    import inspect
+
+    from torch._inductor import ir
+
+    try:
+        return "has_functionalize_impl" in inspect.getsource(ir.FallbackKernel)
+    except (OSError, TypeError):
+        return False
 
 
 def _addmm_dtype_meta(self, mat1, mat2, out_dtype, *, beta=1, alpha=1):
@@ -106,6 +123,14 @@ def _can_hold_result(acc: torch.fx.Node, node: torch.fx.Node) -> bool:
     return bool(contiguous_or_false(old) if contiguous_or_false else old.is_contiguous())
 
 
+def _can_lower_in_place(node: torch.fx.Node) -> bool:
+    """Where eager has a kernel (CUDA), the in-place lowering is an extern call of
+    ``addmm.dtype_out``, which Inductor can emit only from torch 2.11."""
+    val = node.meta.get("val")
+    on_kernel_device = isinstance(val, torch.Tensor) and val.device.type in eager_kernel_devices("addmm")
+    return not on_kernel_device or fallback_kernel_runs_out_variants()
+
+
 def is_accumulation(node: torch.fx.Node) -> bool:
     """Re-inplace only accumulation chains: the accumulator is a fill, a graph input
     (Inductor's pass requires the graph to copy the result back into it), or the
@@ -119,6 +144,8 @@ def is_accumulation(node: torch.fx.Node) -> bool:
 
 
 def _is_accumulation(node: torch.fx.Node) -> bool:
+    if node.target is aten.addmm.dtype and not _can_lower_in_place(node):
+        return False
     acc = node.args[0]
     if not isinstance(acc, torch.fx.Node) or not _can_hold_result(acc, node):
         return False

@@ -5,6 +5,7 @@
     python scripts/matrix.py 2.8 2.15             # some releases
     python scripts/matrix.py --fuzz-examples 200  # larger property-test budget
     python scripts/matrix.py --clean              # delete each venv after its run
+    python scripts/matrix.py 2.8 2.15 -- -m "not subprocess"   # pytest options after --
 
 Torch comes from a local wheel (``--wheels``, default /work/wheels or $MATRIX_WHEELS)
 when one matches the release, else from pip's configured index (``torch==X``; the
@@ -250,12 +251,15 @@ def main(argv=None) -> int:
     parser.add_argument("--python", default=sys.executable, help="interpreter for the venvs (3.11)")
     parser.add_argument("--fuzz-examples", type=int, default=None, help=f"sets ${FUZZ_ENV}")
     parser.add_argument("--clean", action="store_true", help="delete each venv after its run")
-    parser.add_argument("pytest_args", nargs=argparse.REMAINDER, help="after --: passed to pytest")
+    # Everything after "--" goes to pytest; split it off first (argparse would mix it
+    # with the positional releases).
+    argv = list(sys.argv[1:] if argv is None else argv)
+    pytest_args = argv[argv.index("--") + 1 :] if "--" in argv else []
+    argv = argv[: argv.index("--")] if "--" in argv else argv
     args = parser.parse_args(argv)
     unknown = [r for r in args.releases if r not in RELEASES]
     if unknown:
         parser.error(f"unknown release(s) {unknown}; known: {list(RELEASES)}")
-    pytest_args = args.pytest_args[1:] if args.pytest_args[:1] == ["--"] else args.pytest_args
 
     args.venvs.mkdir(parents=True, exist_ok=True)
     logs = args.venvs / "logs"

@@ -46,10 +46,10 @@ def test_out_dtype_accumulation_runs_in_place(accumulator):
 
         compiled = compile_and_run(fn, g, x)
         buf = compiled.result
-        assert allocations(compiled.code) == 2  # the accumulator and the returned product
+        assert allocations(compiled.code) <= 2  # the accumulator (and the returned product)
     assert compiled.counts.get("addmm.dtype:accumulate_in_place") == BT // CHUNK, compiled.counts
     assert "addmm.dtype:product_then_epilogue" not in compiled.counts
-    assert compiled.code.count("out=buf") + compiled.code.count("out=arg") >= BT // CHUNK
+    assert compiled.code.count("addmm_.default(") + compiled.code.count("out=") >= BT // CHUNK
     err = ((buf.double() - reference(start, g, x)).norm() / reference(start, g, x).norm()).item()
     assert err < 1e-5
 

@@ -39,15 +39,20 @@ def test_as_strided_of_a_view_matches_eager(name):
     assert torch.equal(compiled.result, fn(*args))
 
 
-def test_stock_inductor_reads_past_the_copy():
-    """The bug this patch exists for is still in this torch (else retire the patch)."""
+def test_stock_inductor_gets_it_wrong():
+    """The bug this patch exists for is still in this torch (else retire the patch):
+    stock Inductor reads past the copy (2.8-2.14) or refuses to compile it (2.15)."""
     import inductor_addmm_fix as fix
 
     base = torch.randn(256)
     fix.uninstall()
     try:
         torch._dynamo.reset()
-        stock = compile_and_run(as_strided_of_slice, base).result
+        try:
+            stock = compile_and_run(as_strided_of_slice, base).result
+        except Exception as error:  # 2.15: "as_strided([128], [1], 0) requires 128 elements but buf0 holds only 64"
+            assert "requires 128 elements" in str(error), str(error)[:500]
+            return
     finally:
         fix.install()
     assert not torch.equal(stock, as_strided_of_slice(base))
