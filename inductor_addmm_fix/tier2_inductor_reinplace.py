@@ -61,13 +61,12 @@ def lower_addmm_dtype_(self, mat1, mat2, out_dtype, *, beta=1, alpha=1):
     count("addmm.dtype", ACCUMULATE_IN_PLACE)
     self.realize()  # mutate the buffer that ``self`` names, not a copy of a lazy value
     if self.get_device().type in eager_kernel_devices("addmm"):
-        kernel, operands = aten.addmm.dtype_out, (self, mat1, mat2, out_dtype)
-        kwargs = dict(beta=beta, alpha=alpha, out=self)
-    else:
-        kernel, operands = aten.addmm_.default, (self, L.to_dtype(mat1, out_dtype), L.to_dtype(mat2, out_dtype))
-        kwargs = dict(beta=beta, alpha=alpha)
-    L.fallback_handler(kernel, add_to_fallback_set=False)(*operands, **kwargs)
-    return self
+        out = L.fallback_handler(aten.addmm.dtype_out, add_to_fallback_set=False)
+        out(self, mat1, mat2, out_dtype, beta=beta, alpha=alpha, out=self)
+        return self  # the out= buffer itself (checked on CUDA, torch 2.11)
+    inplace = L.fallback_handler(aten.addmm_.default, add_to_fallback_set=False)
+    # The in-place op's result is the alias Inductor's later reads must go through.
+    return inplace(self, L.to_dtype(mat1, out_dtype), L.to_dtype(mat2, out_dtype), beta=beta, alpha=alpha)
 
 
 @functools.cache
