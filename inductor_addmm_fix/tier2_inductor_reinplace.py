@@ -59,11 +59,11 @@ def lower_addmm_dtype_(self, mat1, mat2, out_dtype, *, beta=1, alpha=1):
     from .tier2_inductor_lowerings import ACCUMULATE_IN_PLACE, count
 
     count("addmm.dtype", ACCUMULATE_IN_PLACE)
-    self.realize()  # mutate the buffer that ``self`` names, not a copy of a lazy value
     if self.get_device().type in eager_kernel_devices("addmm"):
         out = L.fallback_handler(aten.addmm.dtype_out, add_to_fallback_set=False)
         out(self, mat1, mat2, out_dtype, beta=beta, alpha=alpha, out=self)
         return self  # the out= buffer itself (checked on CUDA, torch 2.11)
+    self.realize()  # mutate the buffer that ``self`` names, not a copy of a lazy value
     inplace = L.fallback_handler(aten.addmm_.default, add_to_fallback_set=False)
     # The in-place op's result is the alias Inductor's later reads must go through.
     return inplace(self, L.to_dtype(mat1, out_dtype), L.to_dtype(mat2, out_dtype), beta=beta, alpha=alpha)
