@@ -227,12 +227,14 @@ def main(argv=None):
 
     report = fix_report()
     report.update(rank=rank, world=world, device=str(device), error=error)
-    print(f"[rank {rank}] fix " + json.dumps(report, sort_keys=True), flush=True)
     reports = [None] * world
     dist.all_gather_object(reports, report)
     dist.barrier()
 
     if rank == 0:
+        # Each rank's own report, printed by rank 0 so that lines never interleave.
+        for r in reports:
+            print(f"[rank {r['rank']}] fix " + json.dumps(r, sort_keys=True), flush=True)
         everywhere = all(r["installed"] and r["addmm_lowered"] and r["error"] is None for r in reports)
         print(f"fix active and addmm.dtype lowered on all {world} ranks: {'yes' if everywhere else 'NO'}", flush=True)
         ok = ok and everywhere
