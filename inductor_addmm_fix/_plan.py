@@ -397,7 +397,7 @@ def _plan_cache_key(package_version: str, decisions: list[Decision]) -> Decision
     tag = f";inductor_addmm_fix={package_version}+{digest}"
     # 2.13+: config assignments are per thread; tag the value every thread sees.
     kind = TagInConfigDefault if features.config_is_per_thread(cfg, "cache_key_tag") else TagInString
-    slot = kind(cfg, "cache_key_tag", tag, "torch.compiler.config")
+    slot = kind(cfg, "cache_key_tag", "torch.compiler.config", tag=tag)
     return Decision(
         name,
         "cache",

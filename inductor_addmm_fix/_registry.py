@@ -125,21 +125,12 @@ class ConfigValue(Slot):
 
 
 @dataclasses.dataclass(eq=False)
-class TagInString(Slot):
+class TagInString(ConfigValue):
     """A string attribute of a config module to which we append one tag, such as
     ``torch.compiler.config.cache_key_tag``.  Restoring removes our tag only, so
     whatever the user appended meanwhile survives."""
 
-    owner: Any
-    attr: str
-    tag: str
-    owner_name: str
-
-    def read(self) -> Any:
-        return getattr(self.owner, self.attr)
-
-    def write(self, value: Any) -> None:
-        setattr(self.owner, self.attr, value)
+    tag: str = ""
 
     def still_ours(self, current: Any, installed: Any) -> bool:
         return isinstance(current, str) and self.tag in current
@@ -150,9 +141,6 @@ class TagInString(Slot):
             self.write(saved)  # the exact object that was there
         else:
             self.write(current.replace(self.tag, "", 1))
-
-    def describe(self) -> str:
-        return f"{self.owner_name}.{self.attr}"
 
 
 @dataclasses.dataclass(eq=False)
