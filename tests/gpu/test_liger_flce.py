@@ -10,6 +10,7 @@ import inspect
 import pytest
 import torch
 from torch._dynamo.utils import counters
+from torch._inductor.custom_graph_pass import CustomGraphPass
 
 from inductor_addmm_fix.tier2_inductor_lowerings import COUNTER
 
@@ -22,12 +23,6 @@ REALISTIC = (8, 128, 1024, 4096)
 
 # Liger's own FLCE test tolerances (test/transformers/test_fused_linear_cross_entropy.py).
 TOLERANCE = {torch.bfloat16: dict(atol=5e-2, rtol=5e-2), torch.float16: dict(atol=1e-2, rtol=1e-2), torch.float32: dict(atol=1e-5, rtol=5e-4)}
-
-
-@pytest.fixture(autouse=True)
-def capture_scalars():
-    with torch._dynamo.config.patch(capture_scalar_outputs=True):
-        yield
 
 
 @dataclasses.dataclass
@@ -47,6 +42,9 @@ class Case:
     no_grad: bool = False
     mode: str | None = None
     dynamic: bool = False
+    # Liger calls .item(): by default Dynamo breaks the graph there; True captures the
+    # scalar instead (one graph per step), as many training scripts configure.
+    capture_scalars: bool = False
 
 
 def make_inputs(case: Case):
@@ -119,23 +117,82 @@ class CountOutDtypeMatmuls(torch.utils._python_dispatch.TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def check(case: Case, expect_out_dtype_matmul=True, calls=2):
+class CountingInductor(torch._TorchCompileInductorWrapper):
+    """torch.compile's own Inductor backend (same mode and dynamic handling) that
+    first counts the out_dtype matmuls in every graph Dynamo captured: an out_dtype
+    matmul that ran eagerly after a graph break is not in any of them."""
+
+    def __init__(self, mode, dynamic):
+        super().__init__(mode, None, dynamic)
+        self.captured = 0
+
+    def __call__(self, gm, example_inputs):
+        self.captured += sum(1 for n in gm.graph.nodes if n.op == "call_function" and "out_dtype" in n.kwargs)
+        return super().__call__(gm, example_inputs)
+
+
+class CountReachingInductor(CustomGraphPass):
+    """post_grad_custom_pre_pass: counts the out_dtype addmm nodes (aten.addmm.dtype /
+    .dtype_out) in the graphs Inductor is about to lower."""
+
+    def __init__(self):
+        self.reached = 0
+
+    def __call__(self, graph):
+        addmm = torch.ops.aten.addmm
+        self.reached += sum(1 for n in graph.nodes if n.target in (addmm.dtype, addmm.dtype_out))
+
+    def uuid(self):
+        return None
+
+
+@dataclasses.dataclass
+class Run:
+    eager_calls: int  # out_dtype matmuls eager Liger called (one step)
+    captured: int  # out_dtype matmuls in the graphs Dynamo captured
+    reached: int  # out_dtype matmul nodes in the graphs given to Inductor
+    lowered: int  # lowered by the plugin's addmm.dtype lowerings
+    graph_breaks: dict
+    exact: list
+
+
+def check(case: Case, calls=2) -> Run:
+    """Eager, then compiled `calls` times on the same inputs: outputs compared with
+    eager on every call; counts where the out_dtype matmul went."""
     tensors = make_inputs(case)
     fn = loss_fn(case, tensors[4])
-    with CountOutDtypeMatmuls() as eager_calls:
-        eager = run(case, fn, tensors)
-    expect_out_dtype_matmul = expect_out_dtype_matmul and eager_calls.count > 0
-    options = {"mode": case.mode} if case.mode else {}
-    compiled_fn = torch.compile(fn, dynamic=case.dynamic, **options)
-    counters[COUNTER].clear()
-    with torch._inductor.config.patch(force_disable_caches=True):
-        results = [run(case, compiled_fn, tensors) for _ in range(calls)]
+    with torch._dynamo.config.patch(capture_scalar_outputs=case.capture_scalars):
+        with CountOutDtypeMatmuls() as eager_calls:
+            eager = run(case, fn, tensors)
+        backend = CountingInductor(case.mode, case.dynamic)
+        compiled_fn = torch.compile(fn, backend=backend, dynamic=case.dynamic)
+        counters[COUNTER].clear()
+        counters["graph_break"].clear()
+        reaching = CountReachingInductor()
+        with torch._inductor.config.patch(force_disable_caches=True, post_grad_custom_pre_pass=reaching):
+            results = [run(case, compiled_fn, tensors) for _ in range(calls)]
     lowered = sum(n for k, n in counters[COUNTER].items() if k.startswith("addmm.dtype:"))
-    print(f"eager out_dtype matmul calls: {eager_calls.count}; lowered by the plugin: {dict(counters[COUNTER])}")
-    if expect_out_dtype_matmul:
-        assert lowered >= 1, f"the out_dtype addmm did not reach Inductor: {dict(counters[COUNTER])}"
-    exact = [compare(case, r, eager) for r in results]
-    return exact, lowered
+    outcome = Run(
+        eager_calls.count, backend.captured, reaching.reached, lowered, dict(counters["graph_break"]), []
+    )
+    print(
+        f"out_dtype matmuls: eager called {outcome.eager_calls}, Dynamo captured {outcome.captured}, "
+        f"reached Inductor {outcome.reached}, lowered by the plugin {outcome.lowered} {dict(counters[COUNTER])}; "
+        f"graph breaks: {outcome.graph_breaks}"
+    )
+    outcome.exact = [compare(case, r, eager) for r in results]
+    return outcome
+
+
+def assert_out_dtype_matmul_lowered(outcome: Run):
+    """Where eager Liger calls the out_dtype addmm, compiled Liger captured it in a
+    graph and every one that reached Inductor was lowered by the plugin."""
+    if outcome.eager_calls == 0:
+        assert outcome.reached == 0, outcome
+        return
+    assert outcome.captured >= 1, f"the out_dtype matmul ran outside the compiled graphs: {outcome}"
+    assert outcome.reached >= 1, f"the out_dtype matmul did not reach Inductor: {outcome}"
+    assert outcome.lowered == outcome.reached, f"some out_dtype matmul was not lowered by the plugin: {outcome}"
 
 
 FLCE_CASES = {
@@ -158,8 +215,7 @@ FLCE_CASES = {
 
 @pytest.mark.parametrize("case", FLCE_CASES.values(), ids=FLCE_CASES.keys())
 def test_flce_compiled_matches_eager(case):
-    exact, lowered = check(case)
-    print(f"exact={exact} lowered={lowered}")
+    assert_out_dtype_matmul_lowered(check(case))
 
 
 CLASS_WEIGHT_CASES = {
@@ -176,13 +232,23 @@ CLASS_WEIGHT_CASES = {
 @pytest.mark.parametrize("case", CLASS_WEIGHT_CASES.values(), ids=CLASS_WEIGHT_CASES.keys())
 def test_flce_with_class_weights_matches_eager_on_every_call(case):
     """Issue 7: run apart (-m class_weights): on stock Inductor this case reads freed memory."""
-    exact, lowered = check(case, expect_out_dtype_matmul=case.accum_dtype is not None, calls=3)
-    print(f"exact={exact} lowered={lowered}")
+    assert_out_dtype_matmul_lowered(check(case, calls=3))
 
 
-def test_flce_forward_under_no_grad_with_inputs_requiring_grad():
-    exact, lowered = check(Case(no_grad=True))
-    print(f"exact={exact} lowered={lowered}")
+@pytest.mark.parametrize("capture_scalars", [False, True], ids=["default-config", "capture-scalars"])
+def test_flce_forward_under_no_grad_with_inputs_requiring_grad(capture_scalars):
+    """Liger computes grad_weight inside its forward even under no_grad (eager calls
+    the out_dtype addmm) although nothing will read it.  Compiled, Dynamo captures the
+    addmm; where the whole forward is one graph (capture_scalar_outputs) AOTAutograd
+    removes it as dead code before Inductor, otherwise Inductor lowers it with the
+    plugin.  Either way the loss matches eager and nothing ran outside the graphs."""
+    outcome = check(Case(no_grad=True, capture_scalars=capture_scalars))
+    assert outcome.eager_calls >= 1 and outcome.captured >= 1, outcome
+    assert outcome.lowered == outcome.reached, outcome
+    if capture_scalars:
+        assert outcome.reached == 0, f"expected the unused grad_weight to be dead code: {outcome}"
+    else:
+        assert outcome.reached >= 1, outcome
 
 
 MODES = {
@@ -190,16 +256,43 @@ MODES = {
     "max-autotune": Case(mode="max-autotune"),
     "reduce-overhead": Case(mode="reduce-overhead"),
     "dynamic": Case(dynamic=True),
-    # controls: the same modes on Liger's path without out_dtype (stock Inductor only)
-    "reduce-overhead-control-accum-None": Case(mode="reduce-overhead", accum_dtype=None),
-    "dynamic-control-accum-None": Case(dynamic=True, accum_dtype=None),
+    "max-autotune-no-cudagraphs": Case(mode="max-autotune-no-cudagraphs", capture_scalars=True),
+    "default-capture-scalars": Case(capture_scalars=True),
+    "dynamic-capture-scalars": Case(dynamic=True, capture_scalars=True),
 }
 
 
 @pytest.mark.parametrize("case", MODES.values(), ids=MODES.keys())
 def test_flce_compile_modes(case):
-    exact, lowered = check(case, calls=3)
-    print(f"exact={exact} lowered={lowered}")
+    assert_out_dtype_matmul_lowered(check(case, calls=3))
+
+
+def _cudagraph_float_input_bug(error: BaseException) -> bool:
+    """pytorch/pytorch#189123 (open): with capture_scalar_outputs, graph partitions
+    pass a float from .item() to CUDA graph trees, whose recording asserts that
+    non-tensor inputs are ints."""
+    frames = [f.filename for f in __import__("traceback").extract_tb(error.__traceback__)]
+    return isinstance(error, AssertionError) and frames[-1].endswith("cudagraph_trees.py")
+
+
+@pytest.mark.parametrize("mode", ["reduce-overhead", "max-autotune"])
+def test_flce_cudagraphs_with_captured_scalars_fail_only_as_stock_inductor_does(mode):
+    """CUDA graphs plus capture_scalar_outputs hit an upstream bug (#189123) that has
+    nothing to do with out_dtype: the plugin's case must behave exactly like Liger's
+    path without out_dtype (accum_dtype=None) on stock Inductor.  Passes when both
+    work; reports xfail (not pass) when both hit the upstream bug."""
+    outcomes = {}
+    for accum_dtype in (torch.float32, None):
+        try:
+            outcomes[accum_dtype] = check(Case(mode=mode, capture_scalars=True, accum_dtype=accum_dtype), calls=3)
+        except AssertionError as error:
+            assert _cudagraph_float_input_bug(error), f"accum_dtype={accum_dtype}: {error!r}"
+            outcomes[accum_dtype] = error
+    failed = {k for k, v in outcomes.items() if isinstance(v, BaseException)}
+    assert failed in (set(), {torch.float32, None}), f"only {failed} failed: {outcomes}"
+    if failed:
+        pytest.xfail("pytorch/pytorch#189123: CUDA graph trees reject the float from .item() (stock Inductor too)")
+    assert_out_dtype_matmul_lowered(outcomes[torch.float32])
 
 
 def _has(name, param=None):
