@@ -28,6 +28,7 @@ class Invalid:
     shape: str  # "matrix" (4x5 @ 5x3) or "dot" (1x5 @ 5x1, which Inductor rewrites as pointwise code)
     build: Callable[[str], tuple[Callable, tuple]]  # device -> (function to compile, its arguments)
     message: str  # regex that the error message matches
+    out_dtype: torch.dtype  # the out_dtype asked for
 
     @property
     def id(self) -> str:
@@ -57,7 +58,7 @@ def _case(op: Op, problem: str, shape: str, message: str, *, a=BF16, b=BF16, out
             return fn, (*operands, buffer)
         return (lambda *args: op.call(args, out_dtype)), tuple(operands)
 
-    return Invalid(op, problem, shape, build, message)
+    return Invalid(op, problem, shape, build, message, out_dtype)
 
 
 def invalid_cases() -> list[Invalid]:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the GPU checks on the device machine (H200, torch 2.11) in one call and
 # writes logs and a summary under $OUT.  Usage (from the repo root):
-#   bash tests/gpu/run_on_device.sh [family] [errors] [repro] [liger085] [weights085] [modes085] [liger081] [name='shell command'...]
+#   bash tests/gpu/run_on_device.sh [family] [errors] [repro] [liger085] [jsdkl085] [weights085] [modes085] [liger081] [name='shell command'...]
 # The device allows 600 s a call: pick steps that fit.
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -32,8 +32,10 @@ for what in "$@"; do
     errors) step error-parity 150 python3 -m pytest -q -s -p no:cacheprovider -rA tests/gpu/test_error_parity_cuda.py --tb=short ;;
     liger085) install_liger 0.8.5
       PYTHONPATH="$PYTHONPATH:/tmp/site-0.8.5" step liger-0.8.5 420 python3 -m pytest -q -s -p no:cacheprovider -rA tests/gpu/test_liger_flce.py -m "not class_weights" -k "not compile_modes and not cudagraphs" --tb=short ;;
+    jsdkl085) install_liger 0.8.5
+      PYTHONPATH="$PYTHONPATH:/tmp/site-0.8.5" step jsd-kl-0.8.5 200 python3 -m pytest -q -s -p no:cacheprovider -rA tests/gpu/test_liger_flce.py -k "jsd or kl_div" --tb=short ;;
     modes085) install_liger 0.8.5
-      PYTHONPATH="$PYTHONPATH:/tmp/site-0.8.5" step modes-0.8.5 540 python3 -m pytest -q -s -p no:cacheprovider -rA tests/gpu/test_liger_flce.py -k "compile_modes or cudagraphs" --tb=short ;;
+      PYTHONPATH="$PYTHONPATH:/tmp/site-0.8.5" step modes-0.8.5 540 python3 -m pytest -q -s -p no:cacheprovider -rA --timeout=200 tests/gpu/test_liger_flce.py -k "compile_modes or cudagraphs" --tb=short ;;
     weights085) install_liger 0.8.5
       PYTHONPATH="$PYTHONPATH:/tmp/site-0.8.5" step class-weights-0.8.5 300 python3 -m pytest -q -p no:cacheprovider -rA tests/gpu/test_liger_flce.py -m class_weights --tb=short ;;
     liger081) install_liger 0.8.1

@@ -4,6 +4,7 @@ eager, and the out_dtype matmul provably lowered by Inductor."""
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import inspect
 
@@ -132,28 +133,60 @@ class CountingInductor(torch._TorchCompileInductorWrapper):
 
 
 class CountReachingInductor(CustomGraphPass):
-    """post_grad_custom_pre_pass: counts the out_dtype addmm nodes (aten.addmm.dtype /
-    .dtype_out) in the graphs Inductor is about to lower."""
+    """post_grad_custom_pre_pass: counts the out_dtype matmul nodes (aten .dtype /
+    .dtype_out overloads, by op) in the graphs Inductor is about to lower."""
 
     def __init__(self):
-        self.reached = 0
+        self.reached = collections.Counter()
 
     def __call__(self, graph):
-        addmm = torch.ops.aten.addmm
-        self.reached += sum(1 for n in graph.nodes if n.target in (addmm.dtype, addmm.dtype_out))
+        for n in graph.nodes:
+            if n.op == "call_function" and getattr(n.target, "_overloadname", None) in ("dtype", "dtype_out"):
+                self.reached[f"{n.target._opname}.dtype"] += 1
 
     def uuid(self):
         return None
+
+
+def lowered_by_plugin() -> collections.Counter:
+    """The plugin's lowering counts by op ("addmm.dtype": n); the mm a product
+    lowering runs inside an addmm lowering is not counted again."""
+    by_op = collections.Counter()
+    for key, n in counters[COUNTER].items():
+        by_op[key.split(":")[0]] += n
+    if by_op["addmm.dtype"]:
+        by_op["mm.dtype"] -= counters[COUNTER]["addmm.dtype:product_then_epilogue"]
+    return by_op
 
 
 @dataclasses.dataclass
 class Run:
     eager_calls: int  # out_dtype matmuls eager Liger called (one step)
     captured: int  # out_dtype matmuls in the graphs Dynamo captured
-    reached: int  # out_dtype matmul nodes in the graphs given to Inductor
-    lowered: int  # lowered by the plugin's addmm.dtype lowerings
-    graph_breaks: dict
+    reached_by_op: collections.Counter  # out_dtype matmul nodes in the graphs given to Inductor
+    lowered_by_op: collections.Counter  # lowered by the plugin
+    graph_breaks: list
     exact: list
+
+    @property
+    def reached(self) -> int:
+        return sum(self.reached_by_op.values())
+
+    @property
+    def lowered(self) -> int:
+        return sum(self.lowered_by_op[op] for op in self.reached_by_op)
+
+    def __str__(self):
+        return (
+            f"out_dtype matmuls: eager called {self.eager_calls}, Dynamo captured {self.captured}, "
+            f"reached Inductor {dict(self.reached_by_op)}, lowered by the plugin {dict(self.lowered_by_op)} "
+            f"{dict(counters[COUNTER])}; graph breaks: {self.graph_breaks}"
+        )
+
+
+def measured(eager_calls, backend, reaching) -> Run:
+    breaks = [reason.splitlines()[0][:120] for reason in counters["graph_break"]]
+    return Run(eager_calls.count, backend.captured, reaching.reached, lowered_by_plugin(), breaks, [])
 
 
 def check(case: Case, calls=2) -> Run:
@@ -171,15 +204,8 @@ def check(case: Case, calls=2) -> Run:
         reaching = CountReachingInductor()
         with torch._inductor.config.patch(force_disable_caches=True, post_grad_custom_pre_pass=reaching):
             results = [run(case, compiled_fn, tensors) for _ in range(calls)]
-    lowered = sum(n for k, n in counters[COUNTER].items() if k.startswith("addmm.dtype:"))
-    outcome = Run(
-        eager_calls.count, backend.captured, reaching.reached, lowered, dict(counters["graph_break"]), []
-    )
-    print(
-        f"out_dtype matmuls: eager called {outcome.eager_calls}, Dynamo captured {outcome.captured}, "
-        f"reached Inductor {outcome.reached}, lowered by the plugin {outcome.lowered} {dict(counters[COUNTER])}; "
-        f"graph breaks: {outcome.graph_breaks}"
-    )
+    outcome = measured(eager_calls, backend, reaching)
+    print(outcome)
     outcome.exact = [compare(case, r, eager) for r in results]
     return outcome
 
@@ -192,7 +218,8 @@ def assert_out_dtype_matmul_lowered(outcome: Run):
         return
     assert outcome.captured >= 1, f"the out_dtype matmul ran outside the compiled graphs: {outcome}"
     assert outcome.reached >= 1, f"the out_dtype matmul did not reach Inductor: {outcome}"
-    assert outcome.lowered == outcome.reached, f"some out_dtype matmul was not lowered by the plugin: {outcome}"
+    for op, n in outcome.reached_by_op.items():
+        assert outcome.lowered_by_op[op] == n, f"some {op} was not lowered by the plugin: {outcome}"
 
 
 FLCE_CASES = {
@@ -301,8 +328,8 @@ def _has(name, param=None):
 
 
 def assert_compiled_matches_eager(fn, x, w, dtype):
-    """fn(x, w) -> loss; compiled and eager losses and gradients agree, and the
-    out_dtype matmul was lowered by the plugin."""
+    """fn(x, w) -> loss; compiled and eager losses and gradients agree, and every
+    out_dtype matmul eager calls was captured and lowered by the plugin."""
 
     def run_once(f):
         x.grad = w.grad = None
@@ -310,13 +337,18 @@ def assert_compiled_matches_eager(fn, x, w, dtype):
         loss.backward()
         return [loss.detach(), x.grad, w.grad]
 
-    eager = run_once(fn)
+    with CountOutDtypeMatmuls() as eager_calls:
+        eager = run_once(fn)
+    backend = CountingInductor(None, False)
     counters[COUNTER].clear()
-    with torch._inductor.config.patch(force_disable_caches=True):
-        compiled = run_once(torch.compile(fn))
-    assert sum(v for k, v in counters[COUNTER].items() if k.startswith(("addmm.dtype", "mm.dtype"))) >= 1, dict(
-        counters[COUNTER]
-    )
+    counters["graph_break"].clear()
+    reaching = CountReachingInductor()
+    with torch._inductor.config.patch(force_disable_caches=True, post_grad_custom_pre_pass=reaching):
+        compiled = run_once(torch.compile(fn, backend=backend))
+    outcome = measured(eager_calls, backend, reaching)
+    print(outcome)
+    assert outcome.eager_calls >= 1, "this Liger calls no out_dtype matmul here: nothing to prove"
+    assert_out_dtype_matmul_lowered(outcome)
     for c, e in zip(compiled, eager):
         if not torch.equal(c, e):
             torch.testing.assert_close(c, e, **TOLERANCE[dtype])
