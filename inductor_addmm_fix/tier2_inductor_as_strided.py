@@ -17,7 +17,9 @@ then reads ``offset + n`` elements from it.  Plain PyTorch shows it::
 
 The fix: when a slice or select feeds an ``as_strided`` op, realize the sliced
 buffer first, so the slice lowers to a view of real storage with its offset and
-``as_strided`` addresses that storage, as in eager.
+``as_strided`` addresses that storage, as in eager.  Views whose offset the graph
+re-applies symbolically are left to stock Inductor, which is self-consistent
+there (see ``_feeds_as_strided_with_a_fixed_offset``).
 
 Upstream: pytorch/pytorch#161115; PR #184050 fixed the Triton-clone half and was
 reverted (2026-05-19).  Retire this patch when that lands.
@@ -36,11 +38,23 @@ VIEW_OPS = ("slice.Tensor", "select.int")
 AS_STRIDED_OPS = (aten.as_strided.default, aten.as_strided_.default, aten.as_strided_scatter.default)
 
 
-def _feeds_as_strided() -> bool:
+def _feeds_as_strided_with_a_fixed_offset() -> bool:
+    """The view being lowered feeds as_strided, and nothing re-applies its offset
+    through ``sym_storage_offset``.
+
+    That op appears where a clone of the view is made at a symbolic offset
+    (``clone_preserve_strides`` under dynamic shapes).  The generated code then
+    addressed the clone at offset 0: consistent with stock Inductor's copy of the
+    view, not with a realized view.  Under Liger FLCE with dynamic=True,
+    realizing there made the user Triton kernel write chunk k's losses at offset 0
+    of a clone that held chunk 0's, so the ignored rows kept chunk 0's values (a
+    wrong loss); stock was right.  Such views are left to stock Inductor."""
     from torch._inductor.virtualized import V
 
     node = getattr(V.graph, "current_node", None)
-    return node is not None and any(user.target in AS_STRIDED_OPS for user in node.users)
+    if node is None or not any(user.target in AS_STRIDED_OPS for user in node.users):
+        return False
+    return not any(user.target is aten.sym_storage_offset.default for user in node.users)
 
 
 def realize_base_before_view(stock: Callable[..., Any]) -> Callable[..., Any]:
@@ -48,7 +62,7 @@ def realize_base_before_view(stock: Callable[..., Any]) -> Callable[..., Any]:
     from torch._inductor import ir
 
     def view_lowering(x, *args, **kwargs):
-        if isinstance(x, ir.TensorBox) and _feeds_as_strided():
+        if isinstance(x, ir.TensorBox) and _feeds_as_strided_with_a_fixed_offset():
             x.realize()
         return stock(x, *args, **kwargs)
 
