@@ -31,15 +31,15 @@ for what in "$@"; do
       PYTHONPATH="$PYTHONPATH:/tmp/site-0.8.5" step repro-liger-with 300 python3 repro/flce_addmm_out_dtype.py ;;
     errors) step error-parity 150 python3 -m pytest -q -s -p no:cacheprovider -rA tests/gpu/test_error_parity_cuda.py --tb=short ;;
     liger085) install_liger 0.8.5
-      PYTHONPATH="$PYTHONPATH:/tmp/site-0.8.5" step liger-0.8.5 420 python3 -m pytest -q -s -p no:cacheprovider -rA tests/gpu/test_liger_flce.py -m "not class_weights" -k "not compile_modes and not cudagraphs" --tb=short ;;
+      PYTHONPATH="$PYTHONPATH:/tmp/site-0.8.5" step liger-0.8.5 420 python3 -m pytest -q -s -p no:cacheprovider -rA tests/gpu/test_liger_flce.py -m "not class_weights" -k "not compile_modes" --tb=short ;;
     jsdkl085) install_liger 0.8.5
       PYTHONPATH="$PYTHONPATH:/tmp/site-0.8.5" step jsd-kl-0.8.5 200 python3 -m pytest -q -s -p no:cacheprovider -rA tests/gpu/test_liger_flce.py -k "jsd or kl_div" --tb=short ;;
     modes085) install_liger 0.8.5
-      PYTHONPATH="$PYTHONPATH:/tmp/site-0.8.5" step modes-0.8.5 540 python3 -m pytest -q -s -p no:cacheprovider -rA --timeout=200 tests/gpu/test_liger_flce.py -k "compile_modes or cudagraphs" --tb=short ;;
+      PYTHONPATH="$PYTHONPATH:/tmp/site-0.8.5" step modes-0.8.5 540 python3 -m pytest -q -s -p no:cacheprovider -rA --timeout=200 tests/gpu/test_liger_flce.py -k "compile_modes" --tb=short ;;
     weights085) install_liger 0.8.5
       PYTHONPATH="$PYTHONPATH:/tmp/site-0.8.5" step class-weights-0.8.5 300 python3 -m pytest -q -p no:cacheprovider -rA tests/gpu/test_liger_flce.py -m class_weights --tb=short ;;
     liger081) install_liger 0.8.1
-      PYTHONPATH="${PYTHONPATH//site-0.8.5/site-0.8.1}" step liger-0.8.1 420 python3 -m pytest -q -s -p no:cacheprovider -rA tests/gpu/test_liger_flce.py -m "not class_weights" -k "not compile_modes and not cudagraphs" --tb=short ;;
+      PYTHONPATH="${PYTHONPATH//site-0.8.5/site-0.8.1}" step liger-0.8.1 420 python3 -m pytest -q -s -p no:cacheprovider -rA tests/gpu/test_liger_flce.py -m "not class_weights" -k "${K081:-not compile_modes}" --tb=short ;;
     *=*) step "${what%%=*}" 540 bash -c "${what#*=}" ;;
     *) echo "unknown step $what" | tee -a "$summary" ;;
   esac
