@@ -78,7 +78,9 @@ def find_wheel(wheels: Path, version: str) -> Path | None:
     for path in sorted(wheels.glob(f"torch-{version}*-{tag}-*.whl")):
         # torch-2.10.0-3-cp311-...: a build tag may follow the version
         if re.match(rf"torch-{re.escape(version)}(\+[^-]+)?(-\d+)?-{tag}-", path.name):
-            return path
+            if zipfile.is_zipfile(path):
+                return path
+            print(f"ignoring {path}: not a wheel (truncated download?)", file=sys.stderr)
     return None
 
 
