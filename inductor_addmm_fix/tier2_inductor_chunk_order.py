@@ -39,6 +39,7 @@ Upstream: none known (Inductor has no notion of a reused out= buffer's ordering)
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import operator
@@ -232,6 +233,7 @@ def serialize_chunks(graph: fx.Graph) -> int:
 
 
 # ---------------------------------------------------------------- the config value
+@functools.cache
 def _source_hash() -> str:
     with open(__file__, "rb") as f:
         return hashlib.sha256(f.read()).hexdigest()

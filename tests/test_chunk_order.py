@@ -21,7 +21,7 @@ import inductor_addmm_fix
 from inductor_addmm_fix import tier2_inductor_chunk_order as t2o
 from inductor_addmm_fix.tier2_inductor_lowerings import COUNTER
 
-pytestmark = pytest.mark.skipif(not t2o.supported(), reason="no preserve_node_ordering in this torch")
+needs_pass = pytest.mark.skipif(not t2o.supported(), reason="no preserve_node_ordering in this torch")
 
 BT, H, V, CHUNK = 32, 16, 96, 8
 CHUNKS = BT // CHUNK
@@ -92,6 +92,7 @@ def as_float64(x, w, onehot, out_dtype=None):
 
 
 @pytest.mark.parametrize("out_dtype", [None, torch.float32], ids=["fp32 addmm", "bf16 addmm.dtype into fp32"])
+@needs_pass
 def test_chunk_logits_not_all_alive_and_results_unchanged(out_dtype):
     x, w, target = inputs(torch.float32 if out_dtype is None else torch.bfloat16)
     fixed, code, counts = compile_flce(x, w, target, out_dtype)
@@ -135,6 +136,7 @@ def no_loop(x, w, b):
     return acc, shared
 
 
+@needs_pass
 def test_graph_without_the_pattern_is_untouched():
     x, w = torch.randn(BT, H), torch.randn(V, H)
     b = torch.randn(BT, V)
@@ -182,6 +184,7 @@ def _slot_value():
     return inductor_config.post_grad_custom_post_pass
 
 
+@needs_pass
 def test_install_chains_a_users_pass_and_uninstall_restores_it():
     user = UserPass()
     inductor_addmm_fix.uninstall()
@@ -209,6 +212,7 @@ def test_install_chains_a_users_pass_and_uninstall_restores_it():
     assert t2o.is_chained_pass(_slot_value()) and _slot_value().previous is None
 
 
+@needs_pass
 def test_uninstall_restores_the_stock_value_exactly():
     inductor_addmm_fix.uninstall()
     try:
@@ -229,6 +233,7 @@ def test_uninstall_restores_the_stock_value_exactly():
         inductor_addmm_fix.install()
 
 
+@needs_pass
 def test_every_thread_sees_the_pass():
     seen = []
     thread = threading.Thread(target=lambda: seen.append(_slot_value()))
@@ -237,6 +242,7 @@ def test_every_thread_sees_the_pass():
     assert t2o.is_chained_pass(seen[0])
 
 
+@needs_pass
 def test_uuid_is_none_when_a_previous_pass_has_none():
     assert t2o.make_chained_pass(lambda graph: None).uuid() is None
     assert t2o.make_chained_pass([UserPass(), UserPass()]).uuid()[2] == ("user-pass-1", "user-pass-1")
@@ -256,6 +262,16 @@ def test_the_pass_never_raises(monkeypatch):
     assert counters[COUNTER]["chunk_order:error"] == 1
 
 
+@needs_pass
 def test_status_lists_the_patch():
     decisions = {p.name: p for p in inductor_addmm_fix.status().patches}
     assert decisions["inductor.chunk_order"].applied
+
+
+def test_not_planned_without_preserve_node_ordering(monkeypatch):
+    from inductor_addmm_fix import _plan
+
+    monkeypatch.setattr(t2o, "supported", lambda: False)
+    decision = _plan._plan_chunk_order()
+    assert not decision.needed and not decision.patches
+    assert "preserve_node_ordering" in decision.reason
