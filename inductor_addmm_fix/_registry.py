@@ -205,7 +205,8 @@ class PassInConfig(ConfigValue):
     not assigned the option reads, returned as it is (``default`` would be deep-copied
     into the reading thread on first read).  If the calling thread has assigned its own
     passes, they are chained too (``wrap``), and restored on ``unwrite`` from that
-    thread.  Another thread's own value is out of reach, as with the cache tag."""
+    thread, as is our value that ``config.patch`` leaves as the thread's own value on
+    exit.  Another thread's own value is out of reach, as with the cache tag."""
 
     per_thread: bool = False
     wrap: Any = None  # callable(old) -> new, for the calling thread's own value
@@ -246,8 +247,12 @@ class PassInConfig(ConfigValue):
             return super().unwrite(token, saved)
         self._entry().env_value_default = token["layer"]  # exactly as it was, unset included
         own = self._own_value()
-        if own is not ABSENT and own is token["own"]:
-            setattr(self.owner, self.attr, own.previous)
+        if own is not ABSENT and self.is_ours(own):
+            # Our wrapper of this thread's passes, or the process-wide value that a
+            # ``config.patch`` pinned here on exit: unwrap it.
+            while self.is_ours(own):
+                own = own.previous
+            setattr(self.owner, self.attr, own)
 
     def still_ours(self, current: Any, installed: Any) -> bool:
         return current is installed

@@ -12,6 +12,7 @@ import threading
 
 import pytest
 import torch
+import torch._inductor.compile_fx  # noqa: F401  (Tier 2 is applied once Inductor is imported)
 import torch._inductor.config as inductor_config
 from torch._dynamo.utils import counters
 from torch._inductor.custom_graph_pass import CustomGraphPass
@@ -229,6 +230,26 @@ def test_uninstall_restores_the_stock_value_exactly():
                 assert {k: v for k, v in after.items() if k != "user_override"} == {
                     k: v for k, v in layer.items() if k != "user_override"
                 }
+    finally:
+        inductor_addmm_fix.install()
+
+
+@needs_pass
+def test_uninstall_after_a_config_patch_of_the_option():
+    """``config.patch`` sets the option back to what it read (our pass) on exit; on torch
+    2.13 that value becomes the thread's own: uninstall must still take it out."""
+    user = UserPass()
+    with inductor_config.patch(post_grad_custom_post_pass=None):
+        pass
+    inductor_addmm_fix.uninstall()
+    try:
+        assert not t2o.is_chained_pass(_slot_value())
+        inductor_addmm_fix.install()
+        with inductor_config.patch(post_grad_custom_post_pass=user):
+            assert _slot_value() is user  # the user's patch wins while it lasts, as in stock torch
+        assert t2o.is_chained_pass(_slot_value())
+        inductor_addmm_fix.uninstall()
+        assert not t2o.is_chained_pass(_slot_value())
     finally:
         inductor_addmm_fix.install()
 
