@@ -15,7 +15,17 @@ import hashlib
 import torch
 
 from . import _torch_features as features
-from ._registry import ABSENT, ConfigValue, DictEntry, DispatcherKernel, Patch, PyKernel, TagInConfigDefault, TagInString
+from ._registry import (
+    ABSENT,
+    ConfigValue,
+    DictEntry,
+    DispatcherKernel,
+    PassInConfig,
+    Patch,
+    PyKernel,
+    TagInConfigDefault,
+    TagInString,
+)
 
 CORE = "core"
 INDUCTOR = "inductor"
@@ -28,6 +38,7 @@ PR_META_CHECKS = "none yet: the stock meta kernels check fewer preconditions tha
 PR_INDUCTOR = "pytorch/pytorch#190936 (open): Inductor stops claiming the .dtype overloads"
 PR_AS_STRIDED = "pytorch/pytorch#161115 (PR #184050, reverted): Triton-kernel clones of views"
 PR_REINPLACE = "none yet: Inductor's reinplace pass has no addmm entries (torch 2.15)"
+PR_CHUNK_ORDER = "none known: functionalized graphs keep no order between chunks that reuse one out= buffer"
 PR_CACHE = "when the compile caches key on the lowering tables (no upstream change yet)"
 
 
@@ -249,6 +260,7 @@ def plan_inductor(package_version: str) -> list[Decision]:
 
     decisions += _plan_reinplace(lowerings)
     decisions.append(_plan_as_strided_views(lowerings))
+    decisions.append(_plan_chunk_order())
     decisions.append(_plan_cache_key(package_version, decisions))
     return decisions
 
@@ -284,6 +296,43 @@ def _plan_as_strided_views(lowerings: dict) -> Decision:
         "Liger FLCE losses with ignore_index or class weights)",
         PR_AS_STRIDED,
         patches,
+    )
+
+
+def _plan_chunk_order() -> Decision:
+    """Tier 2e: chunked accumulation loops keep chunk order (issue 8)."""
+    import torch._inductor.config as inductor_config
+
+    from . import tier2_inductor_chunk_order as t2o
+
+    name = "inductor.chunk_order"
+    if not t2o.supported():
+        return Decision(
+            name,
+            INDUCTOR,
+            False,
+            "no preserve_node_ordering / control_deps lowering in this torch (2.10+ has them)",
+            PR_CHUNK_ORDER,
+        )
+    slot = PassInConfig(
+        inductor_config,
+        "post_grad_custom_post_pass",
+        "torch._inductor.config",
+        per_thread=features.config_is_per_thread(inductor_config, "post_grad_custom_post_pass"),
+        wrap=t2o.make_chained_pass,
+        is_ours=t2o.is_chained_pass,
+    )
+    why = (
+        "chunked loops (FLCE) lose their chunk order in functionalization and Inductor "
+        "hoists every chunk's logits matmul: all chunks' logits alive at once"
+    )
+    return Decision(
+        name,
+        INDUCTOR,
+        True,
+        why + "; a post-grad pass restores the order with control_deps",
+        PR_CHUNK_ORDER,
+        [Patch(name, INDUCTOR, slot, t2o.make_chained_pass, why, PR_CHUNK_ORDER, derive=True)],
     )
 
 

@@ -193,6 +193,76 @@ class TagInConfigDefault(TagInString):
 
 
 @dataclasses.dataclass(eq=False)
+class PassInConfig(ConfigValue):
+    """A config option holding graph passes (``post_grad_custom_post_pass``) into which
+    we chain ours: the patch's value is derived from the old one (an object that runs
+    it first and keeps it as ``.previous``); restoring puts back the very object that
+    was there.
+
+    With ``per_thread`` (torch 2.13+, where ``setattr`` on a config reaches the calling
+    thread only, and backward graphs may compile in autograd's device threads), we write
+    the process-wide layer instead: ``env_value_default``, which every thread that has
+    not assigned the option reads, returned as it is (``default`` would be deep-copied
+    into the reading thread on first read).  If the calling thread has assigned its own
+    passes, they are chained too (``wrap``), and restored on ``unwrite`` from that
+    thread, as is our value that ``config.patch`` leaves as the thread's own value on
+    exit.  Another thread's own value is out of reach, as with the cache tag."""
+
+    per_thread: bool = False
+    wrap: Any = None  # callable(old) -> new, for the calling thread's own value
+    is_ours: Any = None  # callable(value) -> bool
+
+    def _entry(self) -> Any:
+        return self.owner._config[self.attr]
+
+    def _own_value(self) -> Any:
+        from torch.utils._config_module import _UNSET_SENTINEL
+
+        value = self._entry().user_override.get()
+        return ABSENT if value is _UNSET_SENTINEL else value
+
+    def read(self) -> Any:
+        if not self.per_thread:
+            return super().read()
+        from torch.utils._config_module import _UNSET_SENTINEL
+
+        entry = self._entry()
+        return entry.default if entry.env_value_default is _UNSET_SENTINEL else entry.env_value_default
+
+    def write(self, value: Any) -> Any:
+        if not self.per_thread:
+            return super().write(value)
+        entry = self._entry()
+        token = {"layer": entry.env_value_default, "own": ABSENT}
+        entry.env_value_default = value
+        own = self._own_value()
+        if own is not ABSENT and self.wrap is not None and not self.is_ours(own):
+            wrapped = self.wrap(own)
+            setattr(self.owner, self.attr, wrapped)
+            token["own"] = wrapped
+        return token
+
+    def unwrite(self, token: Any, saved: Any) -> None:
+        if not self.per_thread:
+            return super().unwrite(token, saved)
+        self._entry().env_value_default = token["layer"]  # exactly as it was, unset included
+        own = self._own_value()
+        if own is not ABSENT and self.is_ours(own):
+            # Our wrapper of this thread's passes, or the process-wide value that a
+            # ``config.patch`` pinned here on exit: unwrap it.
+            while self.is_ours(own):
+                own = own.previous
+            setattr(self.owner, self.attr, own)
+
+    def still_ours(self, current: Any, installed: Any) -> bool:
+        return current is installed
+
+    def describe(self) -> str:
+        where = " (process-wide)" if self.per_thread else ""
+        return f"{self.owner_name}.{self.attr}{where}"
+
+
+@dataclasses.dataclass(eq=False)
 class DispatcherKernel(Slot):
     """The kernel of one aten overload for one dispatch key (here: Meta).
 
