@@ -51,7 +51,7 @@ def timed(fn, *, warmup: int, reps: int, sync_each: bool = True) -> tuple[float,
     return statistics.median(s.elapsed_time(e) for s, e in events), max(peaks)
 
 
-def flce_rows(bt: int, h: int, v: int, dtype, warmup: int, reps: int, label: str = ""):
+def flce_rows(bt: int, h: int, v: int, dtype, warmup: int, reps: int, suffix: str = ""):
     from liger_kernel.transformers.functional import liger_fused_linear_cross_entropy
 
     rows = []
@@ -80,7 +80,7 @@ def flce_rows(bt: int, h: int, v: int, dtype, warmup: int, reps: int, label: str
         (te, me), (tc, mc) = results["eager"], results["compiled"]
         rows.append(
             dict(
-                case=f"FLCE step, accum_dtype={'fp32' if accum else 'None'}, BT={bt}{label}",
+                case=f"FLCE step, accum_dtype={'fp32' if accum else 'None'}, BT={bt}{suffix}",
                 eager_ms=te,
                 compiled_ms=tc,
                 time_ratio=tc / te,
