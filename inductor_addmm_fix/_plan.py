@@ -38,7 +38,10 @@ PR_META_CHECKS = "none yet: the stock meta kernels check fewer preconditions tha
 PR_INDUCTOR = "pytorch/pytorch#190936 (open): Inductor stops claiming the .dtype overloads"
 PR_AS_STRIDED = "pytorch/pytorch#161115 (PR #184050, reverted): Triton-kernel clones of views"
 PR_REINPLACE = "none yet: Inductor's reinplace pass has no addmm entries (torch 2.15)"
-PR_CHUNK_ORDER = "none known: functionalized graphs keep no order between chunks that reuse one out= buffer"
+PR_POST_GRAD = (
+    "none known: functionalized graphs keep no order between chunks that reuse one out= buffer, "
+    "and Inductor writes each slice_scatter over the whole buffer"
+)
 PR_CACHE = "when the compile caches key on the lowering tables (no upstream change yet)"
 
 
@@ -260,7 +263,7 @@ def plan_inductor(package_version: str) -> list[Decision]:
 
     decisions += _plan_reinplace(lowerings)
     decisions.append(_plan_as_strided_views(lowerings))
-    decisions.append(_plan_chunk_order())
+    decisions.append(_plan_post_grad_passes())
     decisions.append(_plan_cache_key(package_version, decisions))
     return decisions
 
@@ -299,40 +302,49 @@ def _plan_as_strided_views(lowerings: dict) -> Decision:
     )
 
 
-def _plan_chunk_order() -> Decision:
-    """Tier 2e: chunked accumulation loops keep chunk order (issue 8)."""
+def _plan_post_grad_passes() -> Decision:
+    """Tiers 2f and 2e: the plugin's post-grad passes (issue 8)."""
     import torch._inductor.config as inductor_config
 
-    from . import tier2_inductor_chunk_order as t2o
+    from . import tier2_inductor_post_grad as t2p
 
-    name = "inductor.chunk_order"
-    if not t2o.supported():
+    name = "inductor.post_grad_passes"
+    if not t2p.supported():
         return Decision(
             name,
             INDUCTOR,
             False,
-            "no preserve_node_ordering / control_deps lowering in this torch (2.10+ has them)",
-            PR_CHUNK_ORDER,
+            "no post_grad_custom_post_pass / CustomGraphPass in this torch",
+            PR_POST_GRAD,
         )
     slot = PassInConfig(
         inductor_config,
         "post_grad_custom_post_pass",
         "torch._inductor.config",
         per_thread=features.config_is_per_thread(inductor_config, "post_grad_custom_post_pass"),
-        wrap=t2o.make_chained_pass,
-        is_ours=t2o.is_chained_pass,
+        wrap=t2p.make_chained_pass,
+        is_ours=t2p.is_chained_pass,
     )
+    passes = [name for name, _ in t2p.plugin_passes()]
     why = (
-        "chunked loops (FLCE) lose their chunk order in functionalization and Inductor "
-        "hoists every chunk's logits matmul: all chunks' logits alive at once"
+        "chunked loops (FLCE) write each chunk's slice of one buffer with a kernel over the "
+        "whole buffer (2f: one cat instead, slice-sized writes)"
     )
+    if "chunk_order" in passes:
+        why += (
+            "; they lose their chunk order in functionalization and Inductor hoists every "
+            "chunk's logits matmul, all chunks' logits alive at once (2e: control_deps "
+            "restore the order)"
+        )
+    else:
+        why += "; chunk order (2e) needs preserve_node_ordering / control_deps (torch 2.10+)"
     return Decision(
         name,
         INDUCTOR,
         True,
-        why + "; a post-grad pass restores the order with control_deps",
-        PR_CHUNK_ORDER,
-        [Patch(name, INDUCTOR, slot, t2o.make_chained_pass, why, PR_CHUNK_ORDER, derive=True)],
+        f"post-grad passes {', '.join(passes)}: " + why,
+        PR_POST_GRAD,
+        [Patch(name, INDUCTOR, slot, t2p.make_chained_pass, why, PR_POST_GRAD, derive=True)],
     )
 
 

@@ -12,7 +12,7 @@ fusions and ``reorder_for_peak_memory`` move all of them ahead of the chunks' co
 Every chunk's logits (``chunk x V``) is then alive at once: the whole logits matrix that
 chunking was meant to avoid, and compiled memory grows with the number of chunks.
 
-The pass below, run as ``torch._inductor.config.post_grad_custom_post_pass``, puts the
+The pass below, run in ``post_grad_custom_post_pass`` (``tier2_inductor_post_grad``), puts the
 edge back with Inductor's own ``control_deps`` HOP
 (``torch._inductor.fx_passes.control_dependencies.preserve_node_ordering``, torch 2.10+).
 It acts only on graphs with the chunked-accumulation pattern:
@@ -39,12 +39,8 @@ Upstream: none known (Inductor has no notion of a reused out= buffer's ordering)
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import logging
 import operator
-from typing import Any
-
 import torch
 import torch.fx as fx
 
@@ -230,69 +226,6 @@ def serialize_chunks(graph: fx.Graph) -> int:
     _count("chunks", len(roots))
     _count("edges", edges)
     return edges
-
-
-# ---------------------------------------------------------------- the config value
-@functools.cache
-def _source_hash() -> str:
-    with open(__file__, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
-
-
-def _previous_passes(previous: Any) -> tuple:
-    if previous is None:
-        return ()
-    if isinstance(previous, (list, tuple)):
-        return tuple(previous)
-    return (previous,)
-
-
-def _pass_uuid(p: Any) -> Any:
-    uuid = getattr(p, "uuid", None)
-    return uuid() if callable(uuid) else None
-
-
-def make_chained_pass(previous: Any) -> Any:
-    """The value for ``post_grad_custom_post_pass``: runs ``previous`` (None, a pass, or a
-    list/tuple of them, as torch accepts), then :func:`serialize_chunks`.  ``previous``
-    stays reachable as ``.previous`` so that uninstalling puts the same object back."""
-    from torch._inductor import custom_graph_pass as cgp
-
-    inference_aware = getattr(cgp, "CustomInferenceAwareGraphPass", None)
-    base = inference_aware or cgp.CustomGraphPass
-
-    class ChunkOrderPass(base):  # type: ignore[misc, valid-type]
-        """inductor_addmm_fix: the user's post-grad passes, then chunk ordering (Tier 2e)."""
-
-        inductor_addmm_fix_chained = True
-
-        def __init__(self, previous):
-            self.previous = previous
-
-        def __call__(self, graph: fx.Graph, is_inference: bool = False) -> None:
-            for p in _previous_passes(self.previous):
-                if inference_aware is not None and isinstance(p, inference_aware):
-                    p(graph, is_inference=is_inference)
-                else:
-                    p(graph)
-            serialize_chunks(graph)
-
-        def uuid(self) -> Any:
-            """None (the FX graph cache bypasses) if a previous pass has no uuid, as
-            stock Inductor does for that pass alone."""
-            prev = tuple(_pass_uuid(p) for p in _previous_passes(self.previous))
-            if any(u is None for u in prev):
-                return None
-            return ("inductor_addmm_fix.chunk_order", _source_hash(), prev)
-
-        def __repr__(self) -> str:
-            return f"ChunkOrderPass(previous={self.previous!r})"
-
-    return ChunkOrderPass(previous)
-
-
-def is_chained_pass(value: Any) -> bool:
-    return bool(getattr(value, "inductor_addmm_fix_chained", False))
 
 
 def supported() -> bool:

@@ -8,18 +8,16 @@ those compiled without it."""
 from __future__ import annotations
 
 import re
-import threading
 
 import pytest
 import torch
 import torch._inductor.compile_fx  # noqa: F401  (Tier 2 is applied once Inductor is imported)
 import torch._inductor.config as inductor_config
 from torch._dynamo.utils import counters
-from torch._inductor.custom_graph_pass import CustomGraphPass
 from torch._inductor.utils import run_and_get_code
 
-import inductor_addmm_fix
 from inductor_addmm_fix import tier2_inductor_chunk_order as t2o
+from inductor_addmm_fix import tier2_inductor_post_grad as t2p
 from inductor_addmm_fix.tier2_inductor_lowerings import COUNTER
 
 needs_pass = pytest.mark.skipif(not t2o.supported(), reason="no preserve_node_ordering in this torch")
@@ -155,9 +153,9 @@ def test_graph_without_the_pattern_is_untouched():
         with torch.no_grad(), inductor_config.patch(force_disable_caches=True, post_grad_custom_post_pass=custom):
             return run_and_get_code(torch.compile(no_loop, fullgraph=True), x, w, b)
 
-    (acc, shared), codes = run(t2o.make_chained_pass(spy))
+    (acc, shared), codes = run(t2p.make_chained_pass(spy))
     assert len(graphs) == 2 and graphs[0] == graphs[1]  # the FX graph, as text, before and after
-    assert not any(k.startswith("chunk_order:") for k in counters[COUNTER])
+    assert not any(k.startswith(("chunk_order:", "slice_writes:")) for k in counters[COUNTER])
     _, stock_codes = run(None)
     assert _without_ids(codes) == _without_ids(stock_codes)  # and byte-identical output code
     torch.testing.assert_close(acc, b.t() @ x)
@@ -166,108 +164,6 @@ def test_graph_without_the_pattern_is_untouched():
 def _without_ids(codes):
     """Output code less its "# AOT ID: ['<n>_inference']" line (a per-process count)."""
     return [re.sub(r"^# AOT ID: .*$", "", c, count=1, flags=re.M) for c in codes]
-
-
-class UserPass(CustomGraphPass):
-    """A user's own post-grad pass, which must keep running, and come back on uninstall."""
-
-    def __init__(self):
-        self.calls = 0
-
-    def __call__(self, graph):
-        self.calls += 1
-
-    def uuid(self):
-        return "user-pass-1"
-
-
-def _slot_value():
-    return inductor_config.post_grad_custom_post_pass
-
-
-@needs_pass
-def test_install_chains_a_users_pass_and_uninstall_restores_it():
-    user = UserPass()
-    inductor_addmm_fix.uninstall()
-    try:
-        with inductor_config.patch(post_grad_custom_post_pass=user):
-            assert _slot_value() is user
-            inductor_addmm_fix.install()
-            ours = _slot_value()
-            assert t2o.is_chained_pass(ours) and ours.previous is user
-            assert ours.uuid()[2] == ("user-pass-1",)  # the FX graph cache keys on both
-
-            x, w, target = inputs(torch.float32)
-            _, _, counts = compile_flce(x, w, target)
-            assert user.calls >= 1 and counts["graphs"] == 1
-
-            inductor_addmm_fix.uninstall()
-            assert _slot_value() is user  # the same object
-            inductor_addmm_fix.install()
-            inductor_addmm_fix.install()  # idempotent: chained once
-            assert _slot_value().previous is user
-            inductor_addmm_fix.uninstall()
-            assert _slot_value() is user
-    finally:
-        inductor_addmm_fix.install()
-    assert t2o.is_chained_pass(_slot_value()) and _slot_value().previous is None
-
-
-@needs_pass
-def test_uninstall_restores_the_stock_value_exactly():
-    inductor_addmm_fix.uninstall()
-    try:
-        stock = _slot_value()
-        entry = getattr(inductor_config, "_config", {}).get("post_grad_custom_post_pass")
-        layer = vars(entry).copy() if entry is not None else None
-        for _ in range(3):
-            inductor_addmm_fix.install()
-            assert t2o.is_chained_pass(_slot_value())
-            inductor_addmm_fix.uninstall()
-            assert _slot_value() is stock
-            if entry is not None:
-                after = vars(entry)
-                assert {k: v for k, v in after.items() if k != "user_override"} == {
-                    k: v for k, v in layer.items() if k != "user_override"
-                }
-    finally:
-        inductor_addmm_fix.install()
-
-
-@needs_pass
-def test_uninstall_after_a_config_patch_of_the_option():
-    """``config.patch`` sets the option back to what it read (our pass) on exit; on torch
-    2.13 that value becomes the thread's own: uninstall must still take it out."""
-    user = UserPass()
-    with inductor_config.patch(post_grad_custom_post_pass=None):
-        pass
-    inductor_addmm_fix.uninstall()
-    try:
-        assert not t2o.is_chained_pass(_slot_value())
-        inductor_addmm_fix.install()
-        with inductor_config.patch(post_grad_custom_post_pass=user):
-            assert _slot_value() is user  # the user's patch wins while it lasts, as in stock torch
-        assert t2o.is_chained_pass(_slot_value())
-        inductor_addmm_fix.uninstall()
-        assert not t2o.is_chained_pass(_slot_value())
-    finally:
-        inductor_addmm_fix.install()
-
-
-@needs_pass
-def test_every_thread_sees_the_pass():
-    seen = []
-    thread = threading.Thread(target=lambda: seen.append(_slot_value()))
-    thread.start()
-    thread.join()
-    assert t2o.is_chained_pass(seen[0])
-
-
-@needs_pass
-def test_uuid_is_none_when_a_previous_pass_has_none():
-    assert t2o.make_chained_pass(lambda graph: None).uuid() is None
-    assert t2o.make_chained_pass([UserPass(), UserPass()]).uuid()[2] == ("user-pass-1", "user-pass-1")
-    assert t2o.make_chained_pass(None).uuid() == t2o.make_chained_pass(None).uuid()
 
 
 def test_the_pass_never_raises(monkeypatch):
@@ -281,18 +177,3 @@ def test_the_pass_never_raises(monkeypatch):
     assert t2o.serialize_chunks(graph) == 0
     assert str(graph) == before
     assert counters[COUNTER]["chunk_order:error"] == 1
-
-
-@needs_pass
-def test_status_lists_the_patch():
-    decisions = {p.name: p for p in inductor_addmm_fix.status().patches}
-    assert decisions["inductor.chunk_order"].applied
-
-
-def test_not_planned_without_preserve_node_ordering(monkeypatch):
-    from inductor_addmm_fix import _plan
-
-    monkeypatch.setattr(t2o, "supported", lambda: False)
-    decision = _plan._plan_chunk_order()
-    assert not decision.needed and not decision.patches
-    assert "preserve_node_ordering" in decision.reason

@@ -1,0 +1,225 @@
+"""Tier 2f: chunked writes into slices of one buffer stay slice-sized (issue 8).
+
+Liger's FusedLinearCrossEntropy (FLCE) writes each chunk's input gradient into its rows
+of one buffer: ``torch.mm(g, W, out=grad_input[a:b])``.  Functionalization turns the
+loop into a chain of ``slice_scatter`` ops, each taking the previous one's result::
+
+    s1 = slice_scatter(zeros, mm_1, 0, 0, 256)
+    s2 = slice_scatter(s1,    mm_2, 0, 256, 512)   # ... one per chunk
+
+Inductor lowers every ``slice_scatter`` to a kernel over the *whole* buffer (it reuses
+the buffer in place, but reads and writes all of it): ``chunks x BT x H`` elements of
+traffic where eager writes ``BT x H`` once; 128 chunks at BT=32768 move 64 GiB.
+
+When the written ranges are disjoint (they are: one chunk each), the chain's result is a
+concatenation: the pieces written, in index order, and slices of the first buffer in the
+gaps.  The pass below, run in ``post_grad_custom_post_pass``, replaces the chain's last
+node with that ``aten.cat``.  Inductor lowers a ``cat`` of more than
+``max_pointwise_cat_inputs`` pieces to a ``ConcatKernel``: each piece is written into its
+slice of the output as soon as it exists, so every write is slice-sized and no piece
+waits for the others.  Chains with fewer pieces are left alone, since Inductor would fuse
+that ``cat`` into one kernel that keeps every piece alive until the end.
+
+Only chains it can prove equal are rewritten: static sizes and bounds, one dimension,
+step 1, each intermediate result used by the next write only, pairwise disjoint ranges.
+Anything else is left as it was, and the pass never raises.  Counted in
+``torch._dynamo.utils.counters["inductor_addmm_fix"]``: ``slice_writes:chains``,
+``slice_writes:pieces`` and ``slice_writes:error``.
+
+Upstream: none known (Inductor's re-inplacing makes each ``slice_scatter`` reuse the
+buffer, not write only its slice).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+aten = torch.ops.aten
+log = logging.getLogger(__name__)
+
+COUNTER = "inductor_addmm_fix"  # as tier2_inductor_lowerings.COUNTER
+PREFIX = "slice_writes"
+
+
+def _count(what: str, n: int = 1) -> None:
+    from torch._dynamo.utils import counters
+
+    counters[COUNTER][f"{PREFIX}:{what}"] += n
+
+
+def _is_scatter(node: Any) -> bool:
+    return isinstance(node, fx.Node) and node.op == "call_function" and node.target is aten.slice_scatter.default
+
+
+def _arg(node: fx.Node, i: int, name: str, default: Any) -> Any:
+    if len(node.args) > i:
+        return node.args[i]
+    return node.kwargs.get(name, default)
+
+
+def _static(value: Any) -> bool:
+    return type(value) is int
+
+
+def _write(node: fx.Node, ndim: int, size_at: Any) -> tuple[int, int, int] | None:
+    """(dim, start, end) that ``node`` writes, normalized as slicing does; None when
+    symbolic or with a step other than 1."""
+    dim, start, end, step = (_arg(node, 2, "dim", 0), _arg(node, 3, "start", None), _arg(node, 4, "end", None), _arg(node, 5, "step", 1))
+    if not (_static(dim) and step == 1 and (start is None or _static(start)) and (end is None or _static(end))):
+        return None
+    dim = dim % ndim if ndim else 0
+    size = size_at(dim)
+    if not _static(size):
+        return None
+    start = 0 if start is None else start
+    end = size if end is None else end
+    start = max(0, min(size, start + size if start < 0 else start))
+    end = max(start, min(size, end + size if end < 0 else end))
+    return dim, start, end
+
+
+def scatter_chains(graph: fx.Graph) -> list[list[fx.Node]]:
+    """Maximal chains ``[s_1, ..., s_n]`` (n >= 2) of ``slice_scatter`` nodes, each
+    ``s_k``'s input ``s_{k-1}`` and ``s_{k-1}``'s only user."""
+    chains = []
+    for node in graph.nodes:
+        if not _is_scatter(node):
+            continue
+        users = list(node.users)
+        if len(users) == 1 and _is_scatter(users[0]) and users[0].args[0] is node:
+            continue  # not the last write
+        chain = [node]
+        while _is_scatter(chain[-1].args[0]) and len(chain[-1].args[0].users) == 1:
+            chain.append(chain[-1].args[0])
+        if len(chain) >= 2:
+            chains.append(chain[::-1])
+    return chains
+
+
+def plan_cat(chain: list[fx.Node]) -> tuple[fx.Node, int, list[tuple[int, int, fx.Node | None]]] | None:
+    """(base, dim, pieces) for a chain whose writes are provably a concatenation, else
+    None.  ``pieces`` cover the dimension in order: (start, end, source) with source
+    None for a gap, filled from ``base``."""
+    base = chain[0].args[0]
+    val = base.meta.get("val") if isinstance(base, fx.Node) else None
+    if not isinstance(val, torch.Tensor):
+        return None
+    shape = tuple(val.shape)
+    if not all(_static(s) for s in shape):
+        return None
+    dims, writes = set(), []
+    for node in chain:
+        w = _write(node, len(shape), shape.__getitem__)
+        src = node.args[1]
+        sval = src.meta.get("val") if isinstance(src, fx.Node) else None
+        if w is None or not isinstance(sval, torch.Tensor) or sval.dtype != val.dtype:
+            return None
+        dim, start, end = w
+        expected = shape[:dim] + (end - start,) + shape[dim + 1 :]
+        if tuple(sval.shape) != expected:
+            return None
+        dims.add(dim)
+        if end > start:
+            writes.append((start, end, src))
+    if len(dims) != 1 or not writes:
+        return None
+    (dim,) = dims
+    writes.sort(key=lambda w: w[0])
+    if any(a[1] > b[0] for a, b in zip(writes, writes[1:])):
+        return None  # overlapping writes: the later one wins; not a plain concatenation
+    pieces, at = [], 0
+    for start, end, src in writes:
+        if start > at:
+            pieces.append((at, start, None))
+        pieces.append((start, end, src))
+        at = end
+    if at < shape[dim]:
+        pieces.append((at, shape[dim], None))
+    return base, dim, pieces
+
+
+def _min_pieces() -> int:
+    """Inductor fuses a ``cat`` of at most this many inputs into one pointwise kernel
+    (every piece alive until it runs); above it each piece is written into place."""
+    import torch._inductor.config as config
+
+    return int(getattr(config, "max_pointwise_cat_inputs", 8)) + 1
+
+
+def _fake_mode(val: torch.Tensor) -> Any:
+    from torch._guards import detect_fake_mode
+
+    return detect_fake_mode([val])
+
+
+def rewrite_slice_writes(graph: fx.Graph) -> int:
+    """Replace each provable chain of slice writes with one ``cat``.  Returns the number
+    of chains rewritten (0: graph untouched).  Never raises."""
+    try:
+        planned = [(chain, plan_cat(chain)) for chain in scatter_chains(graph)]
+    except Exception as error:  # an unexpected graph: leave it as it is
+        _count("error")
+        log.warning("slice_writes: graph left as it was (%s: %s)", type(error).__name__, error)
+        return 0
+    done = 0
+    for chain, plan in planned:
+        if plan is None or len(plan[2]) < _min_pieces():
+            continue
+        try:
+            if not _replace(graph, chain, *plan):
+                continue
+        except Exception as error:  # pragma: no cover - torch internals changed
+            _count("error")
+            log.warning("slice_writes: chain left as it was (%s: %s)", type(error).__name__, error)
+            continue
+        done += 1
+        _count("chains")
+        _count("pieces", len(plan[2]))
+    return done
+
+
+def _replace(graph: fx.Graph, chain: list[fx.Node], base: fx.Node, dim: int, pieces: list) -> bool:
+    """Build the cat (with fake values) first and use it only if its value has the
+    chain result's shape and strides; otherwise (or on a failure) the new nodes are
+    removed and the graph is as it was."""
+    last = chain[-1]
+    mode = _fake_mode(last.meta["val"]) or contextlib.nullcontext()
+    created: list[fx.Node] = []
+    try:
+        inputs = []
+        with graph.inserting_before(last):
+            for start, end, src in pieces:
+                if src is None:
+                    src = graph.call_function(aten.slice.Tensor, (base, dim, start, end))
+                    created.append(src)
+                    with mode:
+                        src.meta["val"] = aten.slice.Tensor(base.meta["val"], dim, start, end)
+                inputs.append(src)
+            cat = graph.call_function(aten.cat.default, (inputs, dim))
+            created.append(cat)
+            with mode:
+                cat.meta["val"] = aten.cat.default([n.meta["val"] for n in inputs], dim)
+        same = cat.meta["val"].shape == last.meta["val"].shape and cat.meta["val"].stride() == last.meta["val"].stride()
+    except Exception as error:
+        failure: Exception | None = error
+        same = False
+    else:
+        failure = None
+    if not same:
+        for node in reversed(created):
+            graph.erase_node(node)
+        if failure is not None:
+            raise failure
+        return False
+    for key, value in last.meta.items():
+        if key != "val":
+            cat.meta.setdefault(key, value)
+    last.replace_all_uses_with(cat)
+    for node in reversed(chain):
+        graph.erase_node(node)
+    return True
