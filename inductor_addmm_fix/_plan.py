@@ -368,7 +368,7 @@ def _plan_reinplace(lowerings: dict) -> list[Decision]:
     decisions = []
     for functional, make_inplace, lower in (
         (aten_op("addmm", "dtype"), t2r.addmm_dtype_inplace, t2r.lower_addmm_dtype_),
-        (aten_op("addmm", "default"), lambda: torch.ops.aten.addmm_.default, None),
+        (aten_op("addmm", "default"), lambda: torch.ops.aten.addmm_.default, t2r.lower_addmm_),
     ):
         name = f"inductor.reinplace.addmm.{functional._overloadname}"
         if functional in table:
@@ -391,9 +391,7 @@ def _plan_reinplace(lowerings: dict) -> list[Decision]:
                     f"{name}.lowering",
                     INDUCTOR,
                     DictEntry(lowerings, inplace, "torch._inductor.lowering.lowerings"),
-                    t2l.as_registered_lowering(
-                        inplace, lower or L.fallback_handler(inplace, add_to_fallback_set=False)
-                    ),
+                    t2l.as_registered_lowering(inplace, lower),
                     "the in-place op runs as an extern call of eager's kernel",
                     PR_REINPLACE,
                 )

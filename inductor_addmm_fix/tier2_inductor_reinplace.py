@@ -69,6 +69,26 @@ def lower_addmm_dtype_(self, mat1, mat2, out_dtype, *, beta=1, alpha=1):
     return inplace(self, L.to_dtype(mat1, out_dtype), L.to_dtype(mat2, out_dtype), beta=beta, alpha=alpha)
 
 
+def lower_addmm_(self, mat1, mat2, *, beta=1, alpha=1):
+    """addmm_: eager's ``addmm.out`` into ``self`` (cuBLAS with beta into the buffer).
+
+    Returning ``self`` itself (not the in-place op's alias) makes the copy of the
+    accumulated result back into a graph input a no-op (``copy_(dst, src)`` with
+    ``dst is src``), as for ``addmm.dtype``; otherwise it is a parameter-sized copy
+    per step.  Before torch 2.11 Inductor cannot emit out= fallbacks: the in-place op."""
+    from torch._inductor import lowering as L
+
+    from .tier2_inductor_lowerings import ACCUMULATE_IN_PLACE, count
+
+    count("addmm", ACCUMULATE_IN_PLACE)
+    if fallback_kernel_runs_out_variants():
+        out = L.fallback_handler(aten.addmm.out, add_to_fallback_set=False)
+        out(self, mat1, mat2, beta=beta, alpha=alpha, out=self)
+        return self
+    inplace = L.fallback_handler(aten.addmm_.default, add_to_fallback_set=False)
+    return inplace(self, mat1, mat2, beta=beta, alpha=alpha)
+
+
 @functools.cache
 def fallback_kernel_runs_out_variants() -> bool:
     """Whether Inductor's FallbackKernel accepts aten out= ops such as addmm.dtype_out

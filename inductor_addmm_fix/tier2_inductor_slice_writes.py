@@ -8,23 +8,28 @@ loop into a chain of ``slice_scatter`` ops, each taking the previous one's resul
     s2 = slice_scatter(s1,    mm_2, 0, 256, 512)   # ... one per chunk
 
 Inductor lowers every ``slice_scatter`` to a kernel over the *whole* buffer (it reuses
-the buffer in place, but reads and writes all of it): ``chunks x BT x H`` elements of
-traffic where eager writes ``BT x H`` once; 128 chunks at BT=32768 move 64 GiB.
+the buffer in place, but reads and writes all of it; seen in the CPU code of torch 2.13):
+``chunks x BT x H`` elements of traffic where eager writes ``BT x H`` once.
 
-When the written ranges are disjoint (they are: one chunk each), the chain's result is a
-concatenation: the pieces written, in index order, and slices of the first buffer in the
-gaps.  The pass below, run in ``post_grad_custom_post_pass``, replaces the chain's last
-node with that ``aten.cat``.  Inductor lowers a ``cat`` of more than
-``max_pointwise_cat_inputs`` pieces to a ``ConcatKernel``: each piece is written into its
-slice of the output as soon as it exists, so every write is slice-sized and no piece
-waits for the others.  Chains with fewer pieces are left alone, since Inductor would fuse
-that ``cat`` into one kernel that keeps every piece alive until the end.
+When the written ranges are disjoint (they are: one chunk each), the pass below, run in
+``post_grad_custom_post_pass``, rewrites the chain in one of two ways:
+
+* the first buffer is a graph input that the graph copies the result back into, and that
+  nothing else reads (Liger's ``.item()`` breaks the graph, so ``grad_input`` comes from
+  an earlier graph): each write becomes ``copy_`` into its slice of the input, and the
+  whole-buffer copy back goes.  No buffer of the input's size is allocated or moved.
+* otherwise, the chain's result becomes one ``aten.cat`` of the pieces written, in index
+  order, with slices of the first buffer in the gaps.  Inductor lowers a ``cat`` of more
+  than ``max_pointwise_cat_inputs`` pieces to a ``ConcatKernel``: each matmul writes
+  straight into its slice of the output.  Shorter chains are left alone, since Inductor
+  would fuse that ``cat`` into one kernel that keeps every piece alive until the end.
 
 Only chains it can prove equal are rewritten: static sizes and bounds, one dimension,
 step 1, each intermediate result used by the next write only, pairwise disjoint ranges.
 Anything else is left as it was, and the pass never raises.  Counted in
 ``torch._dynamo.utils.counters["inductor_addmm_fix"]``: ``slice_writes:chains``,
-``slice_writes:pieces`` and ``slice_writes:error``.
+``slice_writes:in_place``, ``slice_writes:cat``, ``slice_writes:pieces`` (writes) and
+``slice_writes:error``.
 
 Upstream: none known (Inductor's re-inplacing makes each ``slice_scatter`` reuse the
 buffer, not write only its slice).
@@ -157,21 +162,42 @@ def _fake_mode(val: torch.Tensor) -> Any:
     return detect_fake_mode([val])
 
 
+def copied_back_into(chain: list[fx.Node], base: Any) -> fx.Node | None:
+    """The ``copy_(base, result)`` that puts the chain's result back into ``base``, when
+    ``base`` is a graph input that nothing else reads (functionalization's epilogue for
+    ``out=`` slices of an input); else None."""
+    if not (isinstance(base, fx.Node) and base.op == "placeholder"):
+        return None
+    users = set(base.users)
+    copies = [u for u in users if u.target is aten.copy_.default and u.args[0] is base and u.args[1] is chain[-1]]
+    if len(copies) != 1 or users != {chain[0], copies[0]}:
+        return None
+    return copies[0]
+
+
 def rewrite_slice_writes(graph: fx.Graph) -> int:
-    """Replace each provable chain of slice writes with one ``cat``.  Returns the number
-    of chains rewritten (0: graph untouched).  Never raises."""
+    """Rewrite each provable chain of slice writes: into the graph input it is copied
+    back into, in place, or else as one ``cat``.  Returns the number of chains
+    rewritten (0: graph untouched).  Never raises."""
     try:
-        planned = [(chain, plan_cat(chain)) for chain in scatter_chains(graph)]
+        planned = []
+        for chain in scatter_chains(graph):
+            plan = plan_cat(chain)
+            if plan is not None:
+                planned.append((chain, plan, copied_back_into(chain, plan[0])))
     except Exception as error:  # an unexpected graph: leave it as it is
         _count("error")
         log.warning("slice_writes: graph left as it was (%s: %s)", type(error).__name__, error)
         return 0
     done = 0
-    for chain, plan in planned:
-        if plan is None or len(plan[2]) < _min_pieces():
-            continue
+    for chain, (base, dim, pieces), epilogue in planned:
         try:
-            if not _replace(graph, chain, *plan):
+            if epilogue is not None:
+                _write_in_place(graph, chain, base, dim, epilogue)
+                _count("in_place")
+            elif len(pieces) >= _min_pieces() and _replace(graph, chain, base, dim, pieces):
+                _count("cat")
+            else:
                 continue
         except Exception as error:  # pragma: no cover - torch internals changed
             _count("error")
@@ -179,8 +205,31 @@ def rewrite_slice_writes(graph: fx.Graph) -> int:
             continue
         done += 1
         _count("chains")
-        _count("pieces", len(plan[2]))
+        _count("pieces", sum(1 for p in pieces if p[2] is not None))
     return done
+
+
+def _write_in_place(graph: fx.Graph, chain: list[fx.Node], base: fx.Node, dim: int, epilogue: fx.Node) -> None:
+    """Each write becomes ``copy_`` into its slice of the graph input, where the write
+    was; readers of the result read the input (now written); the epilogue goes.  New
+    nodes get their fake values before the graph changes."""
+    mode = _fake_mode(base.meta["val"]) or contextlib.nullcontext()
+    planned = []
+    for node in chain:
+        _, start, end = _write(node, base.meta["val"].dim(), tuple(base.meta["val"].shape).__getitem__)
+        with mode:
+            planned.append((node, start, end, aten.slice.Tensor(base.meta["val"], dim, start, end)))
+    for node, start, end, val in planned:
+        with graph.inserting_before(node):
+            view = graph.call_function(aten.slice.Tensor, (base, dim, start, end))
+            view.meta.update({k: v for k, v in node.meta.items() if k != "val"}, val=val)
+            write = graph.call_function(aten.copy_.default, (view, node.args[1]))
+            write.meta.update({k: v for k, v in node.meta.items() if k != "val"}, val=val)
+    epilogue.replace_all_uses_with(base)
+    graph.erase_node(epilogue)
+    chain[-1].replace_all_uses_with(base)
+    for node in reversed(chain):
+        graph.erase_node(node)
 
 
 def _replace(graph: fx.Graph, chain: list[fx.Node], base: fx.Node, dim: int, pieces: list) -> bool:

@@ -8,6 +8,8 @@ import torch
 
 from compile_helpers import compile_and_run
 
+from inductor_addmm_fix.tier2_inductor_reinplace import fallback_kernel_runs_out_variants
+
 V, H, BT, CHUNK = 48, 40, 64, 16
 
 
@@ -54,16 +56,26 @@ def test_out_dtype_accumulation_runs_in_place(accumulator):
     assert err < 1e-5
 
 
-def test_same_dtype_accumulation_runs_in_place_as_addmm_():
+@pytest.mark.parametrize("accumulator", ["zeros inside the graph", "graph input"])
+def test_same_dtype_accumulation_runs_in_place_with_eagers_kernel(accumulator):
     g, x = operands()
-
-    def fn(g, x):
-        return chunks(torch.zeros(V, H, dtype=torch.bfloat16), g, x)
-
-    compiled = compile_and_run(fn, g, x)
-    assert compiled.code.count("torch.ops.aten.addmm_.default(") == BT // CHUNK
-    assert allocations(compiled.code) == 1
-    ref = reference(torch.zeros(V, H), g, x)
+    if accumulator == "graph input":
+        start = torch.randn(V, H, dtype=torch.bfloat16)
+        buf = start.clone()
+        compiled = compile_and_run(chunks, buf, g, x)
+        assert compiled.result is buf
+        assert allocations(compiled.code) == 0  # written straight into the user's buffer
+        if fallback_kernel_runs_out_variants():
+            # addmm.out returns the buffer itself: no parameter-sized copy back into it.
+            assert "copy_" not in compiled.code, compiled.code
+    else:
+        start = torch.zeros(V, H, dtype=torch.bfloat16)
+        compiled = compile_and_run(lambda g, x: chunks(torch.zeros(V, H, dtype=torch.bfloat16), g, x), g, x)
+        assert allocations(compiled.code) == 1
+    kernel = "torch.ops.aten.addmm.out(" if fallback_kernel_runs_out_variants() else "torch.ops.aten.addmm_.default("
+    assert compiled.code.count(kernel) == BT // CHUNK
+    assert compiled.counts.get("addmm:accumulate_in_place") == BT // CHUNK, compiled.counts
+    ref = reference(start, g, x)
     assert ((compiled.result.double() - ref).norm() / ref.norm()).item() < 1e-2  # bf16 result
 
 

@@ -76,7 +76,7 @@ def test_each_chunk_writes_only_its_rows(dtype, chunk):
     x, w = torch.randn(bt, H, dtype=dtype), torch.randn(V, H, dtype=dtype) / 4
     out, code, counts = compile_and_code(chunked_grad_input, x, w, chunk)
     chunks = -(-bt // chunk)
-    assert counts == {"chains": 1, "pieces": chunks}
+    assert counts == {"chains": 1, "pieces": chunks, "cat": 1}
     full = [offsets for offsets in slices_written_in_place(code, chunk).values()]
     assert len(full) == 1 and full[0] == [k * chunk for k in range(bt // chunk)]
     assert out.dtype == dtype
@@ -108,9 +108,60 @@ def gaps_and_a_prefilled_buffer(x, w, buf):
 def test_gaps_keep_what_the_buffer_held():
     x, w, buf = torch.randn(MANY * 4 + 3, H), torch.randn(V, H), torch.randn(MANY * 4 + 3, H)
     out, _, counts = compile_and_code(gaps_and_a_prefilled_buffer, x, w, buf)
-    assert counts["chains"] == 1 and counts["pieces"] > MANY  # the writes and the gaps
+    assert counts == {"chains": 1, "pieces": MANY, "cat": 1}  # the cat also holds the gaps
     expected = gaps_and_a_prefilled_buffer(x.double(), w.double(), buf.double())
     assert_close_to_float64(out, expected)
+
+
+def into_a_graph_input(grad_input, x, w, chunk):
+    """FLCE when grad_input comes from an earlier graph (Liger's .item() breaks the
+    graph): its chunks are written into slices of a graph input, every other chunk
+    here so that gaps must keep the input's data."""
+    for start in range(0, x.shape[0], 2 * chunk):
+        torch.mm(torch.tanh(x[start : start + chunk] @ w.t()), w, out=grad_input[start : start + chunk])
+    return grad_input.sum()
+
+
+@pytest.mark.parametrize("chunk", [4, 3])
+def test_writes_into_a_graph_input_go_straight_into_its_slices(chunk):
+    bt = MANY * 8
+    x, w, start = torch.randn(bt, H), torch.randn(V, H) / 4, torch.randn(bt, H)
+    buf = start.clone()
+    total, code, counts = compile_and_code(into_a_graph_input, buf, x, w, chunk)
+    writes = -(-bt // (2 * chunk))
+    assert counts == {"chains": 1, "pieces": writes, "in_place": 1}
+    # No buffer of the input's size: neither a cat nor a copy of the whole input.
+    assert f"empty_strided_cpu(({bt}, {H})" not in code
+    expected = start.double()
+    expected_total = into_a_graph_input(expected, x.double(), w.double(), chunk)
+    assert_close_to_float64(buf, expected)
+    assert_close_to_float64(total, expected_total)
+
+
+def test_stock_inductor_copies_a_whole_graph_input():
+    """The control: without the pass the input's size is allocated and copied back."""
+    bt = MANY * 8
+    x, w, buf = torch.randn(bt, H), torch.randn(V, H), torch.randn(bt, H)
+    _, code, counts = compile_and_code(into_a_graph_input, buf, x, w, 4, with_pass=False)
+    assert counts == {} and f"empty_strided_cpu(({bt}, {H})" in code
+
+
+def a_graph_input_read_elsewhere(grad_input, x, w):
+    before = grad_input.sum()  # the input's old value has a reader besides the writes
+    for start in range(0, x.shape[0], 4):
+        torch.mm(x[start : start + 4] @ w.t(), w, out=grad_input[start : start + 4])
+    return before
+
+
+def test_a_graph_input_read_elsewhere_is_not_written_in_place():
+    x, w, start = torch.randn(MANY * 4, H), torch.randn(V, H) / 4, torch.randn(MANY * 4, H)
+    buf = start.clone()
+    before, _, counts = compile_and_code(a_graph_input_read_elsewhere, buf, x, w)
+    assert "in_place" not in counts
+    assert_close_to_float64(before, start.double().sum())
+    expected = start.double()
+    a_graph_input_read_elsewhere(expected, x.double(), w.double())
+    assert_close_to_float64(buf, expected)
 
 
 def overlapping(x, w):
