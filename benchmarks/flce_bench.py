@@ -1,8 +1,8 @@
 """Eager vs torch.compile (with inductor_addmm_fix) for Liger FLCE, in one run.
 
 Prints one table: median step time over many warmed-up repetitions (CUDA
-events), peak memory above what was allocated before the step, and ratios
-against eager; plus the one-chunk accumulation micro-benchmark against eager
+events; eager and compiled steps alternate), peak memory above what was
+allocated before the step, and ratios against eager; plus the one-chunk accumulation micro-benchmark against eager
 cuBLAS and the memory-bound floor measured on this GPU.
 
     python benchmarks/flce_bench.py                      # Llama-3-8B head: BT=8192 H=4096 V=128256
@@ -55,6 +55,32 @@ def timed(fn, *, warmup: int, reps: int, sync_each: bool = True, setup=lambda: N
     return statistics.median(s.elapsed_time(e) for s, e in events), max(peaks)
 
 
+def timed_interleaved(fns: dict, *, warmup: int, reps: int, setup=lambda: None) -> dict:
+    """{label: (median ms, peak extra bytes)}: the functions run in turn, one timed call
+    each per round (synchronized), so that clock or thermal drift during the run affects
+    them alike; setup() runs before each call, before the memory baseline is read."""
+    for _ in range(warmup):
+        for fn in fns.values():
+            setup()
+            fn()
+    torch.cuda.synchronize()
+    times: dict = {label: [] for label in fns}
+    peaks: dict = {label: 0 for label in fns}
+    for _ in range(reps):
+        for label, fn in fns.items():
+            setup()
+            torch.cuda.reset_peak_memory_stats()
+            before = torch.cuda.memory_allocated()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            torch.cuda.synchronize()
+            times[label].append(start.elapsed_time(end))
+            peaks[label] = max(peaks[label], torch.cuda.max_memory_allocated() - before)
+    return {label: (statistics.median(times[label]), peaks[label]) for label in fns}
+
+
 def flce_rows(bt: int, h: int, v: int, dtype, warmup: int, reps: int, suffix: str = ""):
     from liger_kernel.transformers.functional import liger_fused_linear_cross_entropy
 
@@ -68,18 +94,18 @@ def flce_rows(bt: int, h: int, v: int, dtype, warmup: int, reps: int, suffix: st
             return liger_fused_linear_cross_entropy(x, w, t, accum_dtype=accum)
 
         compiled_fn = torch.compile(loss_fn)
-        results = {}
-        for label, fn in (("eager", loss_fn), ("compiled", compiled_fn)):
 
-            def clear():
-                x.grad = w.grad = None
+        def clear():
+            x.grad = w.grad = None
 
-            def step(fn=fn):
-                fn(x, w, t).backward()
+        def stepper(fn):
+            return lambda: fn(x, w, t).backward()
 
-            results[label] = timed(step, warmup=warmup, reps=reps, setup=clear)
+        fns = {"eager": loss_fn, "compiled": compiled_fn}
+        results = timed_interleaved({k: stepper(f) for k, f in fns.items()}, warmup=warmup, reps=reps, setup=clear)
+        for label, fn in fns.items():
             for run in ("_out", "_again"):
-                x.grad = w.grad = None
+                clear()
                 loss = fn(x, w, t)
                 loss.backward()
                 results[label + run] = (loss.detach().clone(), x.grad.clone(), w.grad.clone())

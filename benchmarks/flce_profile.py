@@ -1,11 +1,13 @@
 """Where a Liger FLCE step spends GPU time and memory, eager vs compiled, in one run.
 
-For each accum dtype: the kernels of one warmed-up forward+backward step, grouped by
-name, with their GPU time (torch.profiler), and the blocks alive at the step's memory
+For each accum dtype: the kernels of warmed-up forward+backward steps (eager and compiled
+in turn, medians over rounds), grouped by name and by kind (GEMM, Liger's kernel, the
+rest), with their GPU time and the GPU's idle time within the step (torch.profiler),
+and the blocks alive at the step's memory
 peak with the Python frame that allocated them (the CUDA caching allocator's history;
 for compiled code the frame is a line of Inductor's generated wrapper).
 
-    python benchmarks/flce_profile.py --bt 8192 [--top 15] [--json out.json]
+    python benchmarks/flce_profile.py --bt 8192 [--rounds 7] [--top 15] [--json out.json]
 
 Needs CUDA and liger-kernel.  This explains the figures of flce_bench.py; it measures
 one step, so its times are not the benchmark's medians.
@@ -16,6 +18,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import statistics
 import sys
 
 import torch
@@ -23,7 +26,8 @@ import torch
 MiB = 1024**2
 
 
-def make_step(bt: int, h: int, v: int, accum, compiled: bool):
+def make_steps(bt: int, h: int, v: int, accum):
+    """{"eager": step, "compiled": step} on the same inputs, and the .grad clearer."""
     from liger_kernel.transformers.functional import liger_fused_linear_cross_entropy
 
     x = torch.randn(bt, h, device="cuda", dtype=torch.bfloat16, requires_grad=True)
@@ -33,15 +37,21 @@ def make_step(bt: int, h: int, v: int, accum, compiled: bool):
     def loss_fn(x, w, t):
         return liger_fused_linear_cross_entropy(x, w, t, accum_dtype=accum)
 
-    fn = torch.compile(loss_fn) if compiled else loss_fn
-
-    def step():
-        fn(x, w, t).backward()
+    def stepper(fn):
+        return lambda: fn(x, w, t).backward()
 
     def clear():
         x.grad = w.grad = None
 
-    return step, clear
+    return {"eager": stepper(loss_fn), "compiled": stepper(torch.compile(loss_fn))}, clear
+
+
+def category(kernel: str) -> str:
+    if kernel.startswith(("nvjet", "sm90_", "sm80_", "ampere_", "cutlass")) or "splitKreduce" in kernel or "gemm" in kernel.lower():
+        return "gemm"
+    if "liger" in kernel:
+        return "liger"
+    return "other"
 
 
 def kernel_table(step, clear, top: int):
@@ -53,14 +63,38 @@ def kernel_table(step, clear, top: int):
         step()
         torch.cuda.synchronize()
     rows = collections.defaultdict(lambda: [0.0, 0])
+    spans = []
     for evt in prof.events():
         if evt.device_type == torch.autograd.DeviceType.CUDA:
             r = rows[evt.name[:90]]
             r[0] += evt.device_time / 1e3  # us -> ms
             r[1] += 1
+            spans.append((evt.time_range.start, evt.time_range.end))
     total = sum(r[0] for r in rows.values())
     ranked = sorted(rows.items(), key=lambda kv: -kv[1][0])
-    return total, [(name, ms, n) for name, (ms, n) in ranked[:top]]
+    by_category = collections.defaultdict(lambda: [0.0, 0])
+    for name, (ms, n) in rows.items():
+        c = by_category[category(name)]
+        c[0] += ms
+        c[1] += n
+    return total, idle_ms(spans), [(name, ms, n) for name, (ms, n) in ranked[:top]], dict(by_category)
+
+
+def idle_ms(spans) -> float:
+    """GPU time with no kernel running between the step's first and last kernel: the
+    host not keeping up (launch overhead, guards, a graph break after a sync)."""
+    if not spans:
+        return 0.0
+    spans.sort()
+    busy, (cur_start, cur_end) = 0.0, spans[0]
+    for start, end in spans[1:]:
+        if start > cur_end:
+            busy += cur_end - cur_start
+            cur_start, cur_end = start, end
+        else:
+            cur_end = max(cur_end, end)
+    busy += cur_end - cur_start
+    return (spans[-1][1] - spans[0][0] - busy) / 1e3 if spans[-1][1] >= spans[0][0] else 0.0
 
 
 def _frame(frames) -> str:
@@ -111,6 +145,7 @@ def main(argv=None) -> int:
     p.add_argument("--top", type=int, default=15)
     p.add_argument("--min-mib", type=float, default=16.0)
     p.add_argument("--accum", choices=["fp32", "None", "both"], default="both")
+    p.add_argument("--rounds", type=int, default=7, help="profiled steps per mode (medians)")
     p.add_argument("--json")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
@@ -122,27 +157,43 @@ def main(argv=None) -> int:
     report = []
     for accum in accums:
         label = "fp32" if accum else "None"
-        for compiled in (False, True):
-            mode = "compiled" if compiled else "eager"
-            step, clear = make_step(args.bt, args.h, args.v, accum, compiled)
-            for _ in range(3):
+        steps, clear = make_steps(args.bt, args.h, args.v, accum)
+        for _ in range(3):
+            for step in steps.values():
                 clear()
                 step()
-            torch.cuda.synchronize()
-            total, kernels = kernel_table(step, clear, args.top)
+        torch.cuda.synchronize()
+        # Rounds alternate eager and compiled, so that drift affects both alike.
+        rounds: dict = {mode: [] for mode in steps}
+        for _ in range(args.rounds):
+            for mode, step in steps.items():
+                rounds[mode].append(kernel_table(step, clear, args.top))
+        summary = {}
+        for mode, step in steps.items():
+            med = lambda xs: statistics.median(xs)  # noqa: E731
+            total = med([r[0] for r in rounds[mode]])
+            idle = med([r[1] for r in rounds[mode]])
+            cats = {c: (med([r[3].get(c, [0.0, 0])[0] for r in rounds[mode]]), rounds[mode][-1][3].get(c, [0.0, 0])[1])
+                    for c in ("gemm", "liger", "other")}
             peak, blocks = live_at_peak(step, clear, args.min_mib)
-            print(f"\n## accum_dtype={label}, BT={args.bt}, {mode}: GPU kernels {total:.2f} ms, "
-                  f"peak of the step's own allocations {peak / 2**30:.3f} GiB")
-            print(f"{'ms':>9} {'calls':>6}  kernel")
-            for name, ms, n in kernels:
+            summary[mode] = (total, idle, cats, peak)
+            print(f"\n## accum_dtype={label}, BT={args.bt}, {mode}: median of {args.rounds} steps: GPU kernels "
+                  f"{total:.2f} ms, GPU idle {idle:.2f} ms; peak of the step's own allocations {peak / 2**30:.3f} GiB")
+            print(f"{'ms':>9} {'calls':>6}  kernel (last step)")
+            for name, ms, n in rounds[mode][-1][2]:
                 print(f"{ms:9.3f} {n:6d}  {name}")
             print(f"{'MiB':>9} {'count':>6}  alive at the peak, allocated at")
             for where, size, n in blocks:
                 print(f"{size / MiB:9.1f} {n:6d}  {where}")
-            report.append(dict(accum=label, mode=mode, bt=args.bt, kernel_ms=total, kernels=kernels,
-                               peak_gib=peak / 2**30, blocks=blocks))
-            del step, clear
-            torch.cuda.empty_cache()
+            report.append(dict(accum=label, mode=mode, bt=args.bt, rounds=args.rounds, kernel_ms=total, idle_ms=idle,
+                               categories=cats, kernels=rounds[mode][-1][2], peak_gib=peak / 2**30, blocks=blocks))
+        (te, ie, ce, _), (tc, ic, cc, _) = summary["eager"], summary["compiled"]
+        print(f"\n### accum_dtype={label}: compiled - eager, medians (ms): kernels {tc - te:+.3f} "
+              f"(gemm {cc['gemm'][0] - ce['gemm'][0]:+.3f}, liger {cc['liger'][0] - ce['liger'][0]:+.3f}, "
+              f"other {cc['other'][0] - ce['other'][0]:+.3f} in {cc['other'][1]} vs {ce['other'][1]} launches), "
+              f"idle {ic - ie:+.3f}")
+        del steps, clear
+        torch.cuda.empty_cache()
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=1)
