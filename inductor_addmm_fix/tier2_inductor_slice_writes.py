@@ -25,8 +25,9 @@ When the written ranges are disjoint (they are: one chunk each), the pass below,
   would fuse that ``cat`` into one kernel that keeps every piece alive until the end.
 
 Only chains it can prove equal are rewritten: static sizes and bounds, one dimension,
-step 1, each intermediate result used by the next write only, pairwise disjoint ranges.
-Anything else is left as it was, and the pass never raises.  Counted in
+step 1, each intermediate result used by the next write only (dead views aside),
+pairwise disjoint ranges.  Chains are planned one at a time on the graph as it then
+is.  Anything else is left as it was, and the pass never raises.  Counted in
 ``torch._dynamo.utils.counters["inductor_addmm_fix"]``: ``slice_writes:chains``,
 ``slice_writes:in_place``, ``slice_writes:cat``, ``slice_writes:pieces`` (writes) and
 ``slice_writes:error``.
@@ -88,18 +89,35 @@ def _write(node: fx.Node, ndim: int, size_at: Any) -> tuple[int, int, int] | Non
     return dim, start, end
 
 
+def _dead(node: fx.Node) -> bool:
+    """A node nothing reads and that has no side effect (functionalization leaves such
+    views behind, e.g. the slice an ``out=`` wrote through)."""
+    return not node.users and node.op == "call_function" and not node.is_impure()
+
+
+def _live_users(node: fx.Node) -> list[fx.Node]:
+    return [u for u in node.users if not _dead(u)]
+
+
+def _erase_with_dead_users(graph: fx.Graph, node: fx.Node) -> None:
+    for user in list(node.users):
+        if _dead(user):
+            graph.erase_node(user)
+    graph.erase_node(node)
+
+
 def scatter_chains(graph: fx.Graph) -> list[list[fx.Node]]:
     """Maximal chains ``[s_1, ..., s_n]`` (n >= 2) of ``slice_scatter`` nodes, each
-    ``s_k``'s input ``s_{k-1}`` and ``s_{k-1}``'s only user."""
+    ``s_k``'s input ``s_{k-1}`` and ``s_{k-1}``'s only live user."""
     chains = []
     for node in graph.nodes:
         if not _is_scatter(node):
             continue
-        users = list(node.users)
+        users = _live_users(node)
         if len(users) == 1 and _is_scatter(users[0]) and users[0].args[0] is node:
             continue  # not the last write
         chain = [node]
-        while _is_scatter(chain[-1].args[0]) and len(chain[-1].args[0].users) == 1:
+        while _is_scatter(chain[-1].args[0]) and len(_live_users(chain[-1].args[0])) == 1:
             chain.append(chain[-1].args[0])
         if len(chain) >= 2:
             chains.append(chain[::-1])
@@ -168,7 +186,7 @@ def copied_back_into(chain: list[fx.Node], base: Any) -> fx.Node | None:
     ``out=`` slices of an input); else None."""
     if not (isinstance(base, fx.Node) and base.op == "placeholder"):
         return None
-    users = set(base.users)
+    users = set(_live_users(base))
     copies = [u for u in users if u.target is aten.copy_.default and u.args[0] is base and u.args[1] is chain[-1]]
     if len(copies) != 1 or users != {chain[0], copies[0]}:
         return None
@@ -178,19 +196,30 @@ def copied_back_into(chain: list[fx.Node], base: Any) -> fx.Node | None:
 def rewrite_slice_writes(graph: fx.Graph) -> int:
     """Rewrite each provable chain of slice writes: into the graph input it is copied
     back into, in place, or else as one ``cat``.  Returns the number of chains
-    rewritten (0: graph untouched).  Never raises."""
-    try:
-        planned = []
-        for chain in scatter_chains(graph):
-            plan = plan_cat(chain)
-            if plan is not None:
-                planned.append((chain, plan, copied_back_into(chain, plan[0])))
-    except Exception as error:  # an unexpected graph: leave it as it is
-        _count("error")
-        log.warning("slice_writes: graph left as it was (%s: %s)", type(error).__name__, error)
-        return 0
+    rewritten (0: graph untouched).  Never raises.
+
+    Chains are planned one at a time on the graph as it is then: a rewrite may change
+    what a later chain starts from (a chain continuing another one's result)."""
     done = 0
-    for chain, (base, dim, pieces), epilogue in planned:
+    tried: set[fx.Node] = set()
+    while True:
+        try:
+            found = None
+            for chain in scatter_chains(graph):
+                if chain[-1] in tried:
+                    continue
+                tried.add(chain[-1])
+                plan = plan_cat(chain)
+                if plan is not None:
+                    found = chain, plan, copied_back_into(chain, plan[0])
+                    break
+        except Exception as error:  # an unexpected graph: leave the rest as it is
+            _count("error")
+            log.warning("slice_writes: graph left as it was (%s: %s)", type(error).__name__, error)
+            return done
+        if found is None:
+            return done
+        chain, (base, dim, pieces), epilogue = found
         try:
             if epilogue is not None:
                 _write_in_place(graph, chain, base, dim, epilogue)
@@ -206,7 +235,6 @@ def rewrite_slice_writes(graph: fx.Graph) -> int:
         done += 1
         _count("chains")
         _count("pieces", sum(1 for p in pieces if p[2] is not None))
-    return done
 
 
 def _write_in_place(graph: fx.Graph, chain: list[fx.Node], base: fx.Node, dim: int, epilogue: fx.Node) -> None:
@@ -229,7 +257,7 @@ def _write_in_place(graph: fx.Graph, chain: list[fx.Node], base: fx.Node, dim: i
     graph.erase_node(epilogue)
     chain[-1].replace_all_uses_with(base)
     for node in reversed(chain):
-        graph.erase_node(node)
+        _erase_with_dead_users(graph, node)
 
 
 def _replace(graph: fx.Graph, chain: list[fx.Node], base: fx.Node, dim: int, pieces: list) -> bool:
@@ -270,5 +298,5 @@ def _replace(graph: fx.Graph, chain: list[fx.Node], base: fx.Node, dim: int, pie
             cat.meta.setdefault(key, value)
     last.replace_all_uses_with(cat)
     for node in reversed(chain):
-        graph.erase_node(node)
+        _erase_with_dead_users(graph, node)
     return True

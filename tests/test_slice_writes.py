@@ -164,6 +164,28 @@ def test_a_graph_input_read_elsewhere_is_not_written_in_place():
     assert_close_to_float64(buf, expected)
 
 
+def two_chains_one_after_the_other(x, w):
+    """The second loop overwrites every other chunk the first wrote; between them the
+    first loop's result is read, so the two chains are separate and the second starts
+    from the first one's result (its gaps keep the first loop's rows)."""
+    out = torch.zeros_like(x)
+    for start in range(0, x.shape[0], 4):
+        torch.mm(x[start : start + 4] @ w.t(), w, out=out[start : start + 4])
+    first = out.sum()
+    for start in range(0, x.shape[0], 8):
+        out[start : start + 4] = x[start : start + 4] * 2
+    return first, out
+
+
+def test_a_chain_that_continues_another_is_planned_on_the_rewritten_graph():
+    x, w = torch.randn(MANY * 4, H), torch.randn(V, H) / 4
+    (first, out), _, counts = compile_and_code(two_chains_one_after_the_other, x, w)
+    assert counts == {"chains": 2, "pieces": MANY + MANY // 2, "cat": 2}
+    first_ref, out_ref = two_chains_one_after_the_other(x.double(), w.double())
+    assert_close_to_float64(first, first_ref)
+    assert_close_to_float64(out, out_ref)
+
+
 def overlapping(x, w):
     out = torch.zeros_like(x)
     for k in range(MANY):
