@@ -350,8 +350,6 @@ def _plan_post_grad_passes() -> Decision:
 
 def _plan_reinplace(lowerings: dict) -> list[Decision]:
     """Tier 2c: accumulation chains of addmm / addmm.dtype run in place."""
-    from torch._inductor import lowering as L
-
     from . import tier2_inductor_lowerings as t2l
     from . import tier2_inductor_reinplace as t2r
 

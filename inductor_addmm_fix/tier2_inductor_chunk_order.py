@@ -40,21 +40,20 @@ Upstream: none known (Inductor has no notion of a reused out= buffer's ordering)
 from __future__ import annotations
 
 import logging
-import operator
+
 import torch
 import torch.fx as fx
+
+from .tier2_inductor_lowerings import count
 
 aten = torch.ops.aten
 log = logging.getLogger(__name__)
 
-COUNTER = "inductor_addmm_fix"  # as tier2_inductor_lowerings.COUNTER
-PREFIX = "chunk_order"
+PREFIX = "chunk_order"  # counted as "chunk_order:<event>" in counters["inductor_addmm_fix"]
 
 
 def _count(what: str, n: int = 1) -> None:
-    from torch._dynamo.utils import counters
-
-    counters[COUNTER][f"{PREFIX}:{what}"] += n
+    count(PREFIX, what, n)
 
 
 def _chain_ops() -> tuple:

@@ -41,8 +41,10 @@ PRODUCT_THEN_EPILOGUE = "product_then_epilogue"  # addmm/baddbmm: fp32 product +
 ACCUMULATE_IN_PLACE = "accumulate_in_place"  # Tier 2c: eager's kernel into the accumulator
 
 
-def count(op: str, choice: str) -> None:
-    counters[COUNTER][f"{op}:{choice}"] += 1
+def count(op: str, choice: str, n: int = 1) -> None:
+    """``counters["inductor_addmm_fix"]["<op>:<choice>"] += n``: what the plugin did, for
+    tests and users (also the post-grad passes: ``<pass>:<event>``)."""
+    counters[COUNTER][f"{op}:{choice}"] += n
 
 
 def _check_operands(op: str, mat1, mat2, out_dtype) -> None:

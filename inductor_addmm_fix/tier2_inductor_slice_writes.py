@@ -45,17 +45,16 @@ from typing import Any
 import torch
 import torch.fx as fx
 
+from .tier2_inductor_lowerings import count
+
 aten = torch.ops.aten
 log = logging.getLogger(__name__)
 
-COUNTER = "inductor_addmm_fix"  # as tier2_inductor_lowerings.COUNTER
-PREFIX = "slice_writes"
+PREFIX = "slice_writes"  # counted as "slice_writes:<event>" in counters["inductor_addmm_fix"]
 
 
 def _count(what: str, n: int = 1) -> None:
-    from torch._dynamo.utils import counters
-
-    counters[COUNTER][f"{PREFIX}:{what}"] += n
+    count(PREFIX, what, n)
 
 
 def _is_scatter(node: Any) -> bool:
