@@ -34,37 +34,19 @@ def timed(fn, *, warmup: int, reps: int, sync_each: bool = True, setup=lambda: N
     sync_each=True waits for the GPU after every call, so host overhead (Dynamo's
     guards, the wrapper) shows in the time; sync_each=False queues the calls
     back to back, as a training loop does, and times what the GPU spends on each."""
-    for _ in range(warmup):
-        setup()
-        fn()
-    torch.cuda.synchronize()
-    events, peaks = [], []
-    for _ in range(reps):
-        setup()
-        torch.cuda.reset_peak_memory_stats()
-        before = torch.cuda.memory_allocated()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        if sync_each:
-            torch.cuda.synchronize()
-        events.append((start, end))
-        peaks.append(torch.cuda.max_memory_allocated() - before)
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in events), max(peaks)
+    return timed_interleaved({"": fn}, warmup=warmup, reps=reps, sync_each=sync_each, setup=setup)[""]
 
 
-def timed_interleaved(fns: dict, *, warmup: int, reps: int, setup=lambda: None) -> dict:
+def timed_interleaved(fns: dict, *, warmup: int, reps: int, sync_each: bool = True, setup=lambda: None) -> dict:
     """{label: (median ms, peak extra bytes)}: the functions run in turn, one timed call
-    each per round (synchronized), so that clock or thermal drift during the run affects
-    them alike; setup() runs before each call, before the memory baseline is read."""
+    each per round, so that clock or thermal drift during the run affects them alike;
+    setup() and sync_each as for :func:`timed`."""
     for _ in range(warmup):
         for fn in fns.values():
             setup()
             fn()
     torch.cuda.synchronize()
-    times: dict = {label: [] for label in fns}
+    events: dict = {label: [] for label in fns}
     peaks: dict = {label: 0 for label in fns}
     for _ in range(reps):
         for label, fn in fns.items():
@@ -75,65 +57,67 @@ def timed_interleaved(fns: dict, *, warmup: int, reps: int, setup=lambda: None) 
             start.record()
             fn()
             end.record()
-            torch.cuda.synchronize()
-            times[label].append(start.elapsed_time(end))
+            if sync_each:
+                torch.cuda.synchronize()
+            events[label].append((start, end))
             peaks[label] = max(peaks[label], torch.cuda.max_memory_allocated() - before)
-    return {label: (statistics.median(times[label]), peaks[label]) for label in fns}
+    torch.cuda.synchronize()
+    return {label: (statistics.median(s.elapsed_time(e) for s, e in events[label]), peaks[label]) for label in fns}
 
 
 def flce_rows(bt: int, h: int, v: int, dtype, warmup: int, reps: int, suffix: str = ""):
-    from liger_kernel.transformers.functional import liger_fused_linear_cross_entropy
-
     rows = []
     for accum in (torch.float32, None):
-        x = torch.randn(bt, h, device="cuda", dtype=dtype, requires_grad=True)
-        w = (torch.randn(v, h, device="cuda", dtype=dtype) * h**-0.5).requires_grad_()
-        t = torch.randint(v, (bt,), device="cuda")
-
-        def loss_fn(x, w, t):
-            return liger_fused_linear_cross_entropy(x, w, t, accum_dtype=accum)
-
-        compiled_fn = torch.compile(loss_fn)
-
-        def clear():
-            x.grad = w.grad = None
-
-        def stepper(fn):
-            return lambda: fn(x, w, t).backward()
-
-        fns = {"eager": loss_fn, "compiled": compiled_fn}
-        results = timed_interleaved({k: stepper(f) for k, f in fns.items()}, warmup=warmup, reps=reps, setup=clear)
-        for label, fn in fns.items():
-            for run in ("_out", "_again"):
-                clear()
-                loss = fn(x, w, t)
-                loss.backward()
-                results[label + run] = (loss.detach().clone(), x.grad.clone(), w.grad.clone())
-        same = all(torch.equal(a, b) for a, b in zip(results["eager_out"], results["compiled_out"]))
-        # Where not bitwise equal: is eager itself repeatable, and how far apart are they?
-        eager_repeatable = all(torch.equal(a, b) for a, b in zip(results["eager_out"], results["eager_again"]))
-        diffs = {
-            name: (a.double() - b.double()).abs().max().item()
-            for name, a, b in zip(("loss", "grad_x", "grad_w"), results["eager_out"], results["compiled_out"])
-        }
-        (te, me), (tc, mc) = results["eager"], results["compiled"]
-        rows.append(
-            dict(
-                case=f"FLCE step, accum_dtype={'fp32' if accum else 'None'}, BT={bt}{suffix}",
-                eager_ms=te,
-                compiled_ms=tc,
-                time_ratio=tc / te,
-                eager_extra_gib=me / GiB,
-                compiled_extra_gib=mc / GiB,
-                memory_target_gib=(me + max(0.05 * me, 64 * 1024**2)) / GiB,
-                bitwise_equal=same,
-                eager_repeatable=eager_repeatable,
-                max_abs_diff=diffs,
-            )
-        )
-        del x, w, t, results
-        torch.cuda.empty_cache()
+        rows.append(flce_row(bt, h, v, dtype, accum, warmup, reps, suffix))
+        torch.cuda.empty_cache()  # the row's tensors died with its frame
     return rows
+
+
+def flce_row(bt: int, h: int, v: int, dtype, accum, warmup: int, reps: int, suffix: str) -> dict:
+    """Eager vs compiled Liger FLCE step on fresh random inputs: time, memory, equality."""
+    from liger_kernel.transformers.functional import liger_fused_linear_cross_entropy
+
+    x = torch.randn(bt, h, device="cuda", dtype=dtype, requires_grad=True)
+    w = (torch.randn(v, h, device="cuda", dtype=dtype) * h**-0.5).requires_grad_()
+    t = torch.randint(v, (bt,), device="cuda")
+
+    def loss_fn(x, w, t):
+        return liger_fused_linear_cross_entropy(x, w, t, accum_dtype=accum)
+
+    def clear():
+        x.grad = w.grad = None
+
+    def stepper(fn):
+        return lambda: fn(x, w, t).backward()
+
+    fns = {"eager": loss_fn, "compiled": torch.compile(loss_fn)}
+    results = timed_interleaved({k: stepper(f) for k, f in fns.items()}, warmup=warmup, reps=reps, setup=clear)
+    for label, fn in fns.items():
+        for run in ("_out", "_again"):
+            clear()
+            loss = fn(x, w, t)
+            loss.backward()
+            results[label + run] = (loss.detach().clone(), x.grad.clone(), w.grad.clone())
+    same = all(torch.equal(a, b) for a, b in zip(results["eager_out"], results["compiled_out"]))
+    # Where not bitwise equal: is eager itself repeatable, and how far apart are they?
+    eager_repeatable = all(torch.equal(a, b) for a, b in zip(results["eager_out"], results["eager_again"]))
+    diffs = {
+        name: (a.double() - b.double()).abs().max().item()
+        for name, a, b in zip(("loss", "grad_x", "grad_w"), results["eager_out"], results["compiled_out"])
+    }
+    (te, me), (tc, mc) = results["eager"], results["compiled"]
+    return dict(
+        case=f"FLCE step, accum_dtype={'fp32' if accum else 'None'}, BT={bt}{suffix}",
+        eager_ms=te,
+        compiled_ms=tc,
+        time_ratio=tc / te,
+        eager_extra_gib=me / GiB,
+        compiled_extra_gib=mc / GiB,
+        memory_target_gib=(me + max(0.05 * me, 64 * 1024**2)) / GiB,
+        bitwise_equal=same,
+        eager_repeatable=eager_repeatable,
+        max_abs_diff=diffs,
+    )
 
 
 def chunk_row(v: int, chunk: int, h: int, warmup: int, reps: int):
