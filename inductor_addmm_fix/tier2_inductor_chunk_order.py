@@ -228,20 +228,14 @@ def serialize_chunks(graph: fx.Graph) -> int:
 
 
 def supported() -> bool:
-    """Whether this torch has what the pass needs: ``preserve_node_ordering``, a lowering
-    of ``control_deps`` and the ``post_grad_custom_post_pass`` option (torch 2.10+)."""
+    """Whether this torch has what :func:`serialize_chunks` needs:
+    ``preserve_node_ordering`` and a lowering of ``control_deps`` (torch 2.10+).  The
+    slot it runs in is probed by ``tier2_inductor_post_grad.supported``."""
     try:
-        import torch._inductor.config as config
-        from torch._inductor import custom_graph_pass as cgp
         from torch._inductor import lowering as L
         from torch._inductor.fx_passes.control_dependencies import control_deps, preserve_node_ordering
         from torch._inductor.pattern_matcher import stable_topological_sort  # noqa: F401
         from torch.utils._ordered_set import OrderedSet  # noqa: F401
     except Exception:
         return False
-    return (
-        callable(preserve_node_ordering)
-        and control_deps in L.lowerings
-        and hasattr(config, "post_grad_custom_post_pass")
-        and hasattr(cgp, "CustomGraphPass")
-    )
+    return callable(preserve_node_ordering) and control_deps in L.lowerings

@@ -5,7 +5,7 @@ there a pass that runs what the user (or another library) had put there first, t
 own passes, in this order:
 
 * Tier 2f, ``tier2_inductor_slice_writes.rewrite_slice_writes``: chunked writes into
-  slices of one buffer become one ``cat``, so each write is slice-sized;
+  slices of one buffer become slice-sized (in place into a graph input, or one ``cat``);
 * Tier 2e, ``tier2_inductor_chunk_order.serialize_chunks`` (torch 2.10+): chunk k+1's
   logits matmul waits for chunk k's work.  It runs after 2f so that it sees the
   rewritten writes.

@@ -125,8 +125,9 @@ def scatter_chains(graph: fx.Graph) -> list[list[fx.Node]]:
 
 def plan_cat(chain: list[fx.Node]) -> tuple[fx.Node, int, list[tuple[int, int, fx.Node | None]]] | None:
     """(base, dim, pieces) for a chain whose writes are provably a concatenation, else
-    None.  ``pieces`` cover the dimension in order: (start, end, source) with source
-    None for a gap, filled from ``base``."""
+    None.  ``pieces`` cover the dimension in order: (start, end, write) with ``write``
+    the ``slice_scatter`` node whose source fills the range, or None for a gap, filled
+    from ``base``."""
     base = chain[0].args[0]
     val = base.meta.get("val") if isinstance(base, fx.Node) else None
     if not isinstance(val, torch.Tensor):
@@ -147,7 +148,7 @@ def plan_cat(chain: list[fx.Node]) -> tuple[fx.Node, int, list[tuple[int, int, f
             return None
         dims.add(dim)
         if end > start:
-            writes.append((start, end, src))
+            writes.append((start, end, node))
     if len(dims) != 1 or not writes:
         return None
     (dim,) = dims
@@ -155,10 +156,10 @@ def plan_cat(chain: list[fx.Node]) -> tuple[fx.Node, int, list[tuple[int, int, f
     if any(a[1] > b[0] for a, b in zip(writes, writes[1:])):
         return None  # overlapping writes: the later one wins; not a plain concatenation
     pieces, at = [], 0
-    for start, end, src in writes:
+    for start, end, node in writes:
         if start > at:
             pieces.append((at, start, None))
-        pieces.append((start, end, src))
+        pieces.append((start, end, node))
         at = end
     if at < shape[dim]:
         pieces.append((at, shape[dim], None))
@@ -221,9 +222,9 @@ def rewrite_slice_writes(graph: fx.Graph) -> int:
         chain, (base, dim, pieces), epilogue = found
         try:
             if epilogue is not None:
-                _write_in_place(graph, chain, base, dim, epilogue)
+                _write_in_place(graph, chain, base, dim, pieces, epilogue)
                 _count("in_place")
-            elif len(pieces) >= _min_pieces() and _replace(graph, chain, base, dim, pieces):
+            elif len(pieces) >= _min_pieces() and _concatenate(graph, chain, base, dim, pieces):
                 _count("cat")
             else:
                 continue
@@ -236,16 +237,17 @@ def rewrite_slice_writes(graph: fx.Graph) -> int:
         _count("pieces", sum(1 for p in pieces if p[2] is not None))
 
 
-def _write_in_place(graph: fx.Graph, chain: list[fx.Node], base: fx.Node, dim: int, epilogue: fx.Node) -> None:
+def _write_in_place(graph: fx.Graph, chain: list[fx.Node], base: fx.Node, dim: int, pieces: list, epilogue: fx.Node) -> None:
     """Each write becomes ``copy_`` into its slice of the graph input, where the write
     was; readers of the result read the input (now written); the epilogue goes.  New
     nodes get their fake values before the graph changes."""
     mode = _fake_mode(base.meta["val"]) or contextlib.nullcontext()
-    planned = []
-    for node in chain:
-        _, start, end = _write(node, base.meta["val"].dim(), tuple(base.meta["val"].shape).__getitem__)
-        with mode:
-            planned.append((node, start, end, aten.slice.Tensor(base.meta["val"], dim, start, end)))
+    with mode:
+        planned = [
+            (node, start, end, aten.slice.Tensor(base.meta["val"], dim, start, end))
+            for start, end, node in pieces
+            if node is not None
+        ]
     for node, start, end, val in planned:
         with graph.inserting_before(node):
             view = graph.call_function(aten.slice.Tensor, (base, dim, start, end))
@@ -259,23 +261,25 @@ def _write_in_place(graph: fx.Graph, chain: list[fx.Node], base: fx.Node, dim: i
         _erase_with_dead_users(graph, node)
 
 
-def _replace(graph: fx.Graph, chain: list[fx.Node], base: fx.Node, dim: int, pieces: list) -> bool:
-    """Build the cat (with fake values) first and use it only if its value has the
-    chain result's shape and strides; otherwise (or on a failure) the new nodes are
-    removed and the graph is as it was."""
+def _concatenate(graph: fx.Graph, chain: list[fx.Node], base: fx.Node, dim: int, pieces: list) -> bool:
+    """The chain's result becomes one ``cat`` of its pieces.  The cat is built (with fake
+    values) first and used only if its value has the chain result's shape and strides;
+    otherwise (or on a failure) the new nodes are removed and the graph is as it was."""
     last = chain[-1]
     mode = _fake_mode(last.meta["val"]) or contextlib.nullcontext()
     created: list[fx.Node] = []
     try:
         inputs = []
         with graph.inserting_before(last):
-            for start, end, src in pieces:
-                if src is None:
-                    src = graph.call_function(aten.slice.Tensor, (base, dim, start, end))
-                    created.append(src)
-                    with mode:
-                        src.meta["val"] = aten.slice.Tensor(base.meta["val"], dim, start, end)
-                inputs.append(src)
+            for start, end, write in pieces:
+                if write is not None:
+                    inputs.append(write.args[1])
+                    continue
+                gap = graph.call_function(aten.slice.Tensor, (base, dim, start, end))
+                created.append(gap)
+                with mode:
+                    gap.meta["val"] = aten.slice.Tensor(base.meta["val"], dim, start, end)
+                inputs.append(gap)
             cat = graph.call_function(aten.cat.default, (inputs, dim))
             created.append(cat)
             with mode:
