@@ -2,8 +2,9 @@
 
 Prints one table: median step time over many warmed-up repetitions (CUDA
 events; eager and compiled steps alternate), peak memory above what was
-allocated before the step, and ratios against eager; plus the one-chunk accumulation micro-benchmark against eager
-cuBLAS and the memory-bound floor measured on this GPU.
+allocated before the step, and ratios against eager; plus the one-chunk
+accumulation micro-benchmark against eager cuBLAS and the memory-bound floor
+measured on this GPU.
 
     python benchmarks/flce_bench.py                      # Llama-3-8B head: BT=8192 H=4096 V=128256
     python benchmarks/flce_bench.py --bt 8192 32768       # and 128 chunks
@@ -73,8 +74,10 @@ def flce_rows(bt: int, h: int, v: int, dtype, warmup: int, reps: int, suffix: st
     return rows
 
 
-def flce_row(bt: int, h: int, v: int, dtype, accum, warmup: int, reps: int, suffix: str) -> dict:
-    """Eager vs compiled Liger FLCE step on fresh random inputs: time, memory, equality."""
+def flce_case(bt: int, h: int, v: int, dtype, accum):
+    """Fresh random inputs of a Liger FLCE step and what runs on them: ({"eager": loss_fn,
+    "compiled": compiled loss_fn}, step(fn) -> a callable running one forward+backward,
+    clear() -> drops .grad, run(fn) -> (loss, grad_x, grad_w) of one step)."""
     from liger_kernel.transformers.functional import liger_fused_linear_cross_entropy
 
     x = torch.randn(bt, h, device="cuda", dtype=dtype, requires_grad=True)
@@ -87,17 +90,37 @@ def flce_row(bt: int, h: int, v: int, dtype, accum, warmup: int, reps: int, suff
     def clear():
         x.grad = w.grad = None
 
-    def stepper(fn):
+    def step(fn):
         return lambda: fn(x, w, t).backward()
 
-    fns = {"eager": loss_fn, "compiled": torch.compile(loss_fn)}
-    results = timed_interleaved({k: stepper(f) for k, f in fns.items()}, warmup=warmup, reps=reps, setup=clear)
+    def run(fn):
+        clear()
+        loss = fn(x, w, t)
+        loss.backward()
+        return loss.detach().clone(), x.grad.clone(), w.grad.clone()
+
+    return {"eager": loss_fn, "compiled": torch.compile(loss_fn)}, step, clear, run
+
+
+def versus(eager: tuple[float, float], compiled: tuple[float, float]) -> dict:
+    """Table fields of (median ms, peak extra bytes) for eager and compiled."""
+    (te, me), (tc, mc) = eager, compiled
+    return dict(
+        eager_ms=te,
+        compiled_ms=tc,
+        time_ratio=tc / te,
+        eager_extra_gib=me / GiB,
+        compiled_extra_gib=mc / GiB,
+    )
+
+
+def flce_row(bt: int, h: int, v: int, dtype, accum, warmup: int, reps: int, suffix: str) -> dict:
+    """Eager vs compiled Liger FLCE step on fresh random inputs: time, memory, equality."""
+    fns, step, clear, run = flce_case(bt, h, v, dtype, accum)
+    results = timed_interleaved({k: step(f) for k, f in fns.items()}, warmup=warmup, reps=reps, setup=clear)
     for label, fn in fns.items():
-        for run in ("_out", "_again"):
-            clear()
-            loss = fn(x, w, t)
-            loss.backward()
-            results[label + run] = (loss.detach().clone(), x.grad.clone(), w.grad.clone())
+        for again in ("_out", "_again"):
+            results[label + again] = run(fn)
     same = all(torch.equal(a, b) for a, b in zip(results["eager_out"], results["compiled_out"]))
     # Where not bitwise equal: is eager itself repeatable, and how far apart are they?
     eager_repeatable = all(torch.equal(a, b) for a, b in zip(results["eager_out"], results["eager_again"]))
@@ -105,14 +128,10 @@ def flce_row(bt: int, h: int, v: int, dtype, accum, warmup: int, reps: int, suff
         name: (a.double() - b.double()).abs().max().item()
         for name, a, b in zip(("loss", "grad_x", "grad_w"), results["eager_out"], results["compiled_out"])
     }
-    (te, me), (tc, mc) = results["eager"], results["compiled"]
+    me = results["eager"][1]
     return dict(
         case=f"FLCE step, accum_dtype={'fp32' if accum else 'None'}, BT={bt}{suffix}",
-        eager_ms=te,
-        compiled_ms=tc,
-        time_ratio=tc / te,
-        eager_extra_gib=me / GiB,
-        compiled_extra_gib=mc / GiB,
+        **versus(results["eager"], results["compiled"]),
         memory_target_gib=(me + max(0.05 * me, 64 * 1024**2)) / GiB,
         bitwise_equal=same,
         eager_repeatable=eager_repeatable,
@@ -132,8 +151,10 @@ def chunk_row(v: int, chunk: int, h: int, warmup: int, reps: int):
 
     compiled = torch.compile(accumulate, fullgraph=True)
     # Queued back to back (GPU time per call), as in a training loop.
-    te, me = timed(lambda: accumulate(gw, g, x), warmup=warmup, reps=reps, sync_each=False)
-    tc, mc = timed(lambda: compiled(gw, g, x), warmup=warmup, reps=reps, sync_each=False)
+    queued = {
+        label: timed(lambda fn=fn: fn(gw, g, x), warmup=warmup, reps=reps, sync_each=False)
+        for label, fn in (("eager", accumulate), ("compiled", compiled))
+    }
     # Synchronized after each call: host overhead included.
     te_sync, _ = timed(lambda: accumulate(gw, g, x), warmup=warmup, reps=reps)
     tc_sync, _ = timed(lambda: compiled(gw, g, x), warmup=warmup, reps=reps)
@@ -146,11 +167,7 @@ def chunk_row(v: int, chunk: int, h: int, warmup: int, reps: int):
     compiled(b, g, x)
     return dict(
         case=f"one chunk [{v}x{chunk}]@[{chunk}x{h}] into fp32, in place (queued)",
-        eager_ms=te,
-        compiled_ms=tc,
-        time_ratio=tc / te,
-        eager_extra_gib=me / GiB,
-        compiled_extra_gib=mc / GiB,
+        **versus(queued["eager"], queued["compiled"]),
         floor_ms=floor_ms,
         eager_sync_ms=te_sync,
         compiled_sync_ms=tc_sync,

@@ -3,14 +3,14 @@
 For each accum dtype: the kernels of warmed-up forward+backward steps (eager and compiled
 in turn, medians over rounds), grouped by name and by kind (GEMM, Liger's kernel, the
 rest), with their GPU time and the GPU's idle time within the step (torch.profiler),
-and the blocks alive at the step's memory
-peak with the Python frame that allocated them (the CUDA caching allocator's history;
-for compiled code the frame is a line of Inductor's generated wrapper).
+and the blocks alive at the step's memory peak with the Python frame that allocated
+them (the CUDA caching allocator's history; for compiled code the frame is a line of
+Inductor's generated wrapper).
 
     python benchmarks/flce_profile.py --bt 8192 [--rounds 7] [--top 15] [--json out.json]
 
-Needs CUDA and liger-kernel.  This explains the figures of flce_bench.py; it measures
-one step, so its times are not the benchmark's medians.
+Needs CUDA and liger-kernel.  This explains the figures of flce_bench.py; the profiler
+adds its own overhead, so its medians are not the benchmark's.
 """
 
 from __future__ import annotations
@@ -22,28 +22,9 @@ import statistics
 import sys
 
 import torch
+from flce_bench import flce_case  # the same inputs and steps as the benchmark
 
 MiB = 1024**2
-
-
-def make_steps(bt: int, h: int, v: int, accum):
-    """{"eager": step, "compiled": step} on the same inputs, and the .grad clearer."""
-    from liger_kernel.transformers.functional import liger_fused_linear_cross_entropy
-
-    x = torch.randn(bt, h, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-    w = (torch.randn(v, h, device="cuda", dtype=torch.bfloat16) * h**-0.5).requires_grad_()
-    t = torch.randint(v, (bt,), device="cuda")
-
-    def loss_fn(x, w, t):
-        return liger_fused_linear_cross_entropy(x, w, t, accum_dtype=accum)
-
-    def stepper(fn):
-        return lambda: fn(x, w, t).backward()
-
-    def clear():
-        x.grad = w.grad = None
-
-    return {"eager": stepper(loss_fn), "compiled": stepper(torch.compile(loss_fn))}, clear
 
 
 def category(kernel: str) -> str:
@@ -157,7 +138,8 @@ def main(argv=None) -> int:
     report = []
     for accum in accums:
         label = "fp32" if accum else "None"
-        steps, clear = make_steps(args.bt, args.h, args.v, accum)
+        fns, step_of, clear, _ = flce_case(args.bt, args.h, args.v, torch.bfloat16, accum)
+        steps = {mode: step_of(fn) for mode, fn in fns.items()}
         for _ in range(3):
             for step in steps.values():
                 clear()
@@ -192,7 +174,7 @@ def main(argv=None) -> int:
               f"(gemm {cc['gemm'][0] - ce['gemm'][0]:+.3f}, liger {cc['liger'][0] - ce['liger'][0]:+.3f}, "
               f"other {cc['other'][0] - ce['other'][0]:+.3f} in {cc['other'][1]} vs {ce['other'][1]} launches), "
               f"idle {ic - ie:+.3f}")
-        del steps, clear
+        del fns, steps, step_of, clear
         torch.cuda.empty_cache()
     if args.json:
         with open(args.json, "w") as f:
