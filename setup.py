@@ -1,6 +1,6 @@
 """Metadata lives in pyproject.toml; this file only ships ``inductor_addmm_fix.pth``
 at the top of the wheel, i.e. at the top of site-packages, where Python runs it
-at every start-up (see inductor_addmm_fix/_startup.py)."""
+at every start-up (see inductor_addmm_fix/activation/startup.py)."""
 
 import os
 

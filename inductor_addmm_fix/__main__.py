@@ -1,7 +1,7 @@
-"""``python -m inductor_addmm_fix [status|check]``: see ``_cli``."""
+"""``python -m inductor_addmm_fix [status|check]``: see ``cli``."""
 
 import sys
 
-from ._cli import main
+from .cli import main
 
 sys.exit(main())

@@ -1,26 +1,25 @@
-"""Tier 2c: accumulation chains (FLCE's addmm(..., out=buf)) run in place, with
-no buffer per chunk; anything else keeps the functional lowering."""
-
-import re
+"""Accumulation chains (FLCE's ``addmm(acc, ..., out=acc)``, with and without
+out_dtype) run in place, with no buffer per chunk, and match float64; anything else
+keeps the functional lowering."""
 
 import pytest
 import torch
 
-from compile_helpers import compile_and_run
+from helpers import allocations as allocations_of
+from helpers import compile_and_run
+from workloads import accumulate_in_chunks
 
-from inductor_addmm_fix.tier2_inductor_reinplace import fallback_kernel_runs_out_variants
+from inductor_addmm_fix.inductor.reinplace import fallback_kernel_runs_out_variants
 
 V, H, BT, CHUNK = 48, 40, 64, 16
 
 
 def chunks(grad_weight, g, x, **kwargs):
-    for start in range(0, BT, CHUNK):
-        torch.addmm(grad_weight, g[start : start + CHUNK].t(), x[start : start + CHUNK], out=grad_weight, **kwargs)
-    return grad_weight
+    return accumulate_in_chunks(grad_weight, g, x, CHUNK, **kwargs)
 
 
 def allocations(code: str, shape=(V, H)) -> int:
-    return len(re.findall(rf"empty_strided_cpu\({re.escape(str(shape))}", code))
+    return allocations_of(code, shape)
 
 
 def operands(low=torch.bfloat16):
@@ -115,3 +114,36 @@ def test_a_graph_input_without_out_is_left_untouched():
     compiled = compile_and_run(lambda b, g, x: torch.addmm(b, g.t(), x, out_dtype=torch.float32), bias, g, x)
     assert torch.equal(bias, before)
     assert "addmm.dtype:accumulate_in_place" not in compiled.counts
+
+
+def accumulate_into_fp32(grad_weight, grad_logits, x, chunk):
+    return accumulate_in_chunks(grad_weight, grad_logits, x, chunk, out_dtype=torch.float32)
+
+
+@pytest.mark.parametrize("low", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("bt,v,h,chunk", [(64, 48, 40, 16), (47, 123, 31, 16), (8, 32, 16, 8)])
+def test_chunked_accumulation_into_an_fp32_buffer(bt, v, h, chunk, low):
+    """Liger FLCE's weight-gradient pattern: bf16/fp16 products accumulated into an fp32
+    buffer with addmm(..., out_dtype=fp32, out=buffer), ragged last chunk included."""
+    grad_logits = torch.randn(bt, v, dtype=low)
+    x = torch.randn(bt, h, dtype=low)
+    start = torch.randn(v, h)
+    grad_weight = start.clone()
+    compiled = compile_and_run(accumulate_into_fp32, grad_weight, grad_logits, x, chunk)
+    chunks = -(-bt // chunk)
+    assert compiled.lowered("addmm") == chunks, compiled.counts
+    assert compiled.result is grad_weight and grad_weight.dtype == torch.float32
+    ref = start.double() + grad_logits.double().t() @ x.double()
+    err = ((grad_weight.double() - ref).norm() / ref.norm()).item()
+    assert err < 1e-5, err
+
+
+def test_accumulation_keeps_the_buffer_identity_across_calls():
+    grad_logits = torch.randn(32, 24, dtype=torch.bfloat16)
+    x = torch.randn(32, 16, dtype=torch.bfloat16)
+    grad_weight = torch.zeros(24, 16)
+    fn = torch.compile(accumulate_into_fp32, backend="inductor", fullgraph=True)
+    for _ in range(3):
+        fn(grad_weight, grad_logits, x, 8)
+    ref = 3 * (grad_logits.double().t() @ x.double())
+    assert ((grad_weight.double() - ref).norm() / ref.norm()).item() < 1e-5

@@ -4,7 +4,8 @@ A wheel is built from a copy of this checkout and installed into a fresh venv
 whose only link to the test runner's environment is a ``.pth`` line naming the
 folder that holds torch (0.6 s, where installing torch itself takes 15 s or more).
 Every test runs ``python`` from that venv in an empty folder with a scrubbed
-environment, so the package it sees is the installed wheel and nothing else.
+environment, so the package it sees is the installed wheel and nothing else.  Marked
+slow (``pytest -m slow``); the in-process pieces are in test_startup.py.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import os
 import shutil
 import subprocess
 import sys
-import sysconfig
 import textwrap
 import zipfile
 from dataclasses import dataclass
@@ -23,7 +23,9 @@ from pathlib import Path
 import pytest
 import torch
 
-pytestmark = pytest.mark.subprocess
+from inductor_addmm_fix.inductor.passes import chunk_order
+
+pytestmark = [pytest.mark.subprocess, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[1]
 PTH = "inductor_addmm_fix.pth"
@@ -150,7 +152,7 @@ def test_wheel_ships_the_pth_at_the_top_and_declares_the_entry_point(wheel):
         (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
         text = archive.read(entry_points).decode()
     assert "[torch.backends]" in text
-    assert "inductor_addmm_fix = inductor_addmm_fix._startup:entry_point" in text
+    assert "inductor_addmm_fix = inductor_addmm_fix.activation.startup:entry_point" in text
 
 
 # ------------------------------------------------------------------ the routes
@@ -172,7 +174,7 @@ ACTIVE_WITHOUT_IMPORT = """
     status = fix.status()
     print(json.dumps(dict(
         imported_by_routes=imported_by_routes, installed=status.installed, activation=status.activation,
-        tiers=status.tiers, file=fix.__file__, dtype=str(out.dtype),
+        features=status.features, file=fix.__file__, dtype=str(out.dtype),
         error=((out.double() - ref).norm() / ref.norm()).item(),
         lowered=counters["inductor_addmm_fix"]["addmm.dtype:product_then_epilogue"],
     )))
@@ -184,7 +186,9 @@ def test_active_after_import_torch_with_no_import_of_the_package(venv):
     assert report["imported_by_routes"]
     assert Path(report["file"]).is_relative_to(venv.site_packages)  # the wheel, not the checkout
     assert report["installed"] and report["activation"] == "entry-point"
-    assert report["tiers"] == {"core": "applied", "inductor": "applied"}
+    assert {name: state for name, state in report["features"].items() if not state.startswith("unavailable")} == {
+        name: "applied" for name in report["features"] if name != "chunk_order" or chunk_order.supported()
+    }
     assert report["dtype"] == "torch.float32" and report["error"] < 1e-5
     assert report["lowered"] >= 1
 
@@ -194,10 +198,11 @@ STATE = """
     before = "inductor_addmm_fix" in sys.modules
     import torch
     import inductor_addmm_fix as fix
-    from inductor_addmm_fix._torch_features import meta_kernel_works
+    from inductor_addmm_fix.core.probes import meta_kernel_works
+    import torch._inductor.compile_fx
     print(json.dumps(dict(pth_imported_it=before, installed=fix.is_installed(),
                           activation=fix.status().activation, torch_before="torch" in sys.modules,
-                          baddbmm_meta_fixed=meta_kernel_works("baddbmm"))))
+                          features=fix.status().features, baddbmm_meta_fixed=meta_kernel_works("baddbmm"))))
 """
 
 
@@ -207,6 +212,14 @@ def test_env_var_off_disables_every_route(venv, value):
     assert not report["pth_imported_it"]
     assert not report["installed"] and report["activation"] is None
     assert not report["baddbmm_meta_fixed"]  # broken in stock torch up to 2.15: torch left as it was
+
+
+@pytest.mark.parametrize("autoload", ["1", "0"])
+def test_the_env_var_turns_one_feature_off_for_every_route(venv, autoload):
+    report = venv.report(STATE, INDUCTOR_ADDMM_FIX="-slice_writes", TORCH_DEVICE_BACKEND_AUTOLOAD=autoload)
+    assert report["installed"] and report["activation"] == ("entry-point" if autoload == "1" else ".pth")
+    assert report["features"]["slice_writes"] == "off (INDUCTOR_ADDMM_FIX=-slice_writes)"
+    assert report["features"]["out_dtype"] == "applied" and report["baddbmm_meta_fixed"]
 
 
 @pytest.mark.parametrize("autoload", ["1", "0"])
@@ -227,7 +240,7 @@ def test_pth_route_when_torch_backend_autoload_is_off(venv):
 
 def test_interpreter_startup_imports_no_torch_and_nothing_heavy(venv):
     importtime = venv.run("-X", "importtime", "-c", "pass").stderr
-    assert "inductor_addmm_fix._startup" in importtime  # the .pth line ran
+    assert "inductor_addmm_fix.activation.startup" in importtime  # the .pth line ran
     assert "torch" not in importtime.replace("inductor_addmm_fix", "")
     modules = "import sys; print(' '.join(sorted(sys.modules)))"
     on = set(venv.run("-c", modules).stdout.split())
@@ -241,7 +254,7 @@ SPAWNED = """
 
     def fix_state(_=None):
         import torch, inductor_addmm_fix as fix
-        from inductor_addmm_fix._torch_features import meta_kernel_works
+        from inductor_addmm_fix.core.probes import meta_kernel_works
         return fix.status().activation, fix.is_installed(), meta_kernel_works("baddbmm")
 
     class Dataset:  # a DataLoader worker reports its own state
@@ -279,7 +292,7 @@ def test_inductor_subprocess_compile_lowers_with_the_fix(venv):
 def test_explicit_import_only_warns_under_subprocess_compile(source_copy, tmp_path, cache_dir):
     """Not installed, only imported: Inductor's compile child will lack the fix, and we say so."""
     python = _make_venv(tmp_path / "bare", tmp_path, cache_dir)
-    code = "import inductor_addmm_fix, torch, inductor_addmm_fix._routes as r; print(r.fresh_interpreters_covered())"
+    code = "import inductor_addmm_fix, torch, inductor_addmm_fix.activation.routes as r; print(r.fresh_interpreters_covered())"
     result = python.run("-c", code, PYTHONPATH=str(source_copy), TORCHINDUCTOR_FX_COMPILE_MODE="SUBPROCESS")
     if result.stdout.split()[-1] == "True":
         pytest.skip("the test runner's environment has inductor_addmm_fix installed: nothing is uncovered")
@@ -341,12 +354,12 @@ def test_exception_inside_the_patch_does_not_break_import_torch(venv, tmp_path):
     (tmp_path / "sitecustomize.py").write_text(BREAK_DECOMP)
     code = (
         "import json, torch; import inductor_addmm_fix as fix; s = fix.status(); "
-        "print(json.dumps(dict(sum=torch.ones(3).sum().item(), core=s.tiers['core'], activation=s.activation)))"
+        "print(json.dumps(dict(sum=torch.ones(3).sum().item(), out_dtype=s.features['out_dtype'], activation=s.activation)))"
     )
     result = venv.run("-c", code, PYTHONPATH=str(tmp_path))
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["sum"] == 3.0  # torch works
-    assert report["core"].startswith("failed: RuntimeError: simulated")
+    assert report["out_dtype"].startswith("failed: RuntimeError: simulated")
     assert report["activation"] == "entry-point"
     assert result.stderr.count("RuntimeWarning: inductor_addmm_fix") == 1, result.stderr
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from cases import OPS_BY_NAME, eager_fn, make_operands, relative_error
-from compile_helpers import compile_and_run
+from helpers import compile_and_run
 
 BIASED = [OPS_BY_NAME["addmm"], OPS_BY_NAME["baddbmm"]]
 M, K, N = 11, 24, 13

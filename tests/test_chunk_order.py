@@ -1,9 +1,11 @@
-"""Tier 2e (issue 8): a chunked accumulation loop, FLCE's shape, keeps chunk order.
+"""A chunked accumulation loop, FLCE's shape, keeps chunk order.
 
-Stock Inductor on torch 2.13 CPU hoists every chunk's logits matmul ahead of the
-chunks' consumers, so all chunks' logits are alive at once; with the pass at most one
-chunk's logits and its gradient are.  The pass adds ordering only: results are bitwise
-those compiled without it."""
+After functionalization nothing orders chunk k+1's logits matmul after chunk k's work,
+and stock Inductor hoists every chunk's logits matmul ahead of the chunks' consumers, so
+all chunks' logits are alive at once.  The ``chunk_order`` pass makes each chunk's root
+matmul wait for the previous chunk's work (``control_deps``): at most one chunk's
+logits and its gradient are alive.  It adds ordering only: results are bitwise those
+compiled without it.  First the pass on small FX graphs, then compiled loops."""
 
 from __future__ import annotations
 
@@ -11,47 +13,83 @@ import re
 
 import pytest
 import torch
-import torch._inductor.compile_fx  # noqa: F401  (Tier 2 is applied once Inductor is imported)
-import torch._inductor.config as inductor_config
+import torch._inductor.compile_fx  # noqa: F401  (the Inductor part applies once Inductor is imported)
 from torch._dynamo.utils import counters
-from torch._inductor.utils import run_and_get_code
+from torch.fx.experimental.proxy_tensor import make_fx
 
-from inductor_addmm_fix import tier2_inductor_chunk_order as t2o
-from inductor_addmm_fix import tier2_inductor_post_grad as t2p
-from inductor_addmm_fix.tier2_inductor_lowerings import COUNTER
+from helpers import compile_and_run
+from workloads import BT, CHUNK, CHUNKS, H, V, flce_inputs, flce_like
 
-needs_pass = pytest.mark.skipif(not t2o.supported(), reason="no preserve_node_ordering in this torch")
+from inductor_addmm_fix.inductor.passes import chunk_order, post_grad_slot
+from inductor_addmm_fix.patching.counters import COUNTER
 
-BT, H, V, CHUNK = 32, 16, 96, 8
-CHUNKS = BT // CHUNK
+needs_pass = pytest.mark.skipif(not chunk_order.supported(), reason="no preserve_node_ordering in this torch")
 
 
-def flce_like(x, w, onehot, out_dtype=None):
-    """A fused-linear-cross-entropy loop as Liger writes it (no autograd): per chunk the
-    logits, their gradient, grad_input written through mm(out=slice), grad_weight
-    accumulated with addmm(out=grad_weight)."""
-    grad_input = torch.zeros_like(x)
-    grad_weight = torch.zeros(V, H, dtype=torch.float32 if out_dtype else x.dtype)
-    loss = torch.zeros((), dtype=torch.float32 if x.dtype != torch.float64 else x.dtype)
+# ---------------------------------------------------------------- the pass on FX graphs
+def accumulate_chunk_gradients(x, w, y):
+    """Per chunk a logits matmul (the chunk's root), its gradient, and one step of an
+    addmm accumulation chain."""
+    acc = torch.zeros(V, H)
     for start in range(0, BT, CHUNK):
         x_k = x[start : start + CHUNK]
-        logits = x_k @ w.t()
-        y = onehot[start : start + CHUNK]
-        g = (torch.softmax(logits.float(), -1) - y).to(x.dtype)
-        loss = loss + (torch.logsumexp(logits.float(), -1) - (logits.float() * y).sum(-1)).sum()
-        torch.mm(g, w, out=grad_input[start : start + CHUNK])
-        if out_dtype is None:
-            torch.addmm(grad_weight, g.t(), x_k, out=grad_weight)
-        else:
-            torch.addmm(grad_weight, g.t(), x_k, out_dtype=out_dtype, out=grad_weight)
-    return loss, grad_input, grad_weight
+        g = torch.softmax(x_k @ w.t(), -1) - y[start : start + CHUNK]
+        acc = torch.addmm(acc, g.t(), x_k)
+    return acc
 
 
-def inputs(dtype):
-    onehot = torch.nn.functional.one_hot(torch.randint(V, (BT,)), V).float()
-    return torch.randn(BT, H, dtype=dtype), torch.randn(V, H, dtype=dtype) / 4, onehot
+def unrelated_matmuls(x, w, y):
+    """An addmm chain whose steps share one product, and a lone matmul: no chunk roots."""
+    p = x @ w.t()
+    acc = torch.zeros(BT, BT)
+    for _ in range(3):
+        acc = torch.addmm(acc, p, p.t())
+    return acc, y @ w
 
 
+def run_pass(gm) -> tuple[int, dict]:
+    counters[COUNTER].clear()
+    edges = chunk_order.serialize_chunks(gm.graph)
+    gm.graph.lint()
+    gm.recompile()
+    return edges, {k.split(":", 1)[1]: n for k, n in counters[COUNTER].items() if k.startswith("chunk_order:")}
+
+
+@needs_pass
+def test_each_chunks_root_matmul_waits_for_the_previous_chunks_work():
+    x, w, y = torch.randn(BT, H), torch.randn(V, H), torch.randn(BT, V)
+    gm = make_fx(accumulate_chunk_gradients, tracing_mode="fake")(x, w, y)
+    edges, events = run_pass(gm)
+    assert events == {"graphs": 1, "chunks": CHUNKS, "edges": edges} and edges == CHUNKS - 1
+    steps = [n for n in gm.graph.nodes if n.target is torch.ops.aten.addmm.default]
+    waits = [n for n in gm.graph.nodes if n.target is torch.ops.higher_order.control_deps]
+    assert len(waits) == CHUNKS - 1
+    for k, wait in enumerate(waits):  # chunk k+1's logits matmul, after chunk k's accumulation
+        assert tuple(wait.args[0]) == (steps[k],)
+    torch.testing.assert_close(gm(x, w, y), accumulate_chunk_gradients(x, w, y), rtol=0, atol=0)
+
+
+@needs_pass
+def test_a_graph_without_the_pattern_is_left_alone():
+    x, w, y = torch.randn(BT, H), torch.randn(V, H), torch.randn(BT, V)
+    gm = make_fx(unrelated_matmuls, tracing_mode="fake")(x, w, y)
+    before = str(gm.graph)
+    assert run_pass(gm) == (0, {})
+    assert str(gm.graph) == before
+
+
+def test_the_pass_never_raises(monkeypatch):
+    def broken(graph):
+        raise RuntimeError("unexpected graph")
+
+    monkeypatch.setattr(chunk_order, "plan_edges", broken)
+    gm = torch.fx.symbolic_trace(lambda a: a + 1)
+    before = str(gm.graph)
+    assert run_pass(gm) == (0, {"error": 1})
+    assert str(gm.graph) == before
+
+
+# ---------------------------------------------------------------- compiled loops
 _ALLOC = re.compile(r"^\s*(buf\d+) = empty_strided_cpu\(\(([^)]*)\), \([^)]*\), (torch\.\w+)\)")
 
 
@@ -73,17 +111,10 @@ def most_alive(code: str, shape: tuple) -> int:
     return best
 
 
-def compile_flce(*args, without_pass=False, **kwargs):
-    counters[COUNTER].clear()
-    torch._dynamo.reset()
-    compiled = torch.compile(flce_like, backend="inductor", fullgraph=True)
-    patches = {"fx_graph_cache": False}
-    if without_pass:
-        patches["post_grad_custom_post_pass"] = None
-    with torch.no_grad(), inductor_config.patch(patches):
-        result, codes = run_and_get_code(compiled, *args, **kwargs)
-    assert len(codes) == 1
-    return result, codes[0], {k.split(":", 1)[1]: n for k, n in counters[COUNTER].items() if k.startswith("chunk_order:")}
+def compile_flce(*args, without_pass=False):
+    compiled = compile_and_run(flce_like, *args, no_grad=True, post_grad_passes=not without_pass)
+    assert len(compiled.codes) == 1
+    return compiled.result, compiled.codes[0], compiled.events("chunk_order")
 
 
 def as_float64(x, w, onehot, out_dtype=None):
@@ -93,7 +124,7 @@ def as_float64(x, w, onehot, out_dtype=None):
 @pytest.mark.parametrize("out_dtype", [None, torch.float32], ids=["fp32 addmm", "bf16 addmm.dtype into fp32"])
 @needs_pass
 def test_chunk_logits_not_all_alive_and_results_unchanged(out_dtype):
-    x, w, target = inputs(torch.float32 if out_dtype is None else torch.bfloat16)
+    x, w, target = flce_inputs(torch.float32 if out_dtype is None else torch.bfloat16)
     fixed, code, counts = compile_flce(x, w, target, out_dtype)
     stock, stock_code, stock_counts = compile_flce(x, w, target, out_dtype, without_pass=True)
 
@@ -136,44 +167,28 @@ def no_loop(x, w, b):
 
 
 @needs_pass
-def test_graph_without_the_pattern_is_untouched():
+def test_compiled_code_of_a_graph_without_the_pattern_is_unchanged(monkeypatch):
     x, w = torch.randn(BT, H), torch.randn(V, H)
     b = torch.randn(BT, V)
     graphs = []
+    real = chunk_order.serialize_chunks
 
     def spy(graph):
         graphs.append(str(graph))
-        edges = t2o.serialize_chunks(graph)
+        edges = real(graph)
         graphs.append(str(graph))
         assert edges == 0
+        return edges
 
-    def run(custom):
-        torch._dynamo.reset()
-        counters[COUNTER].clear()
-        with torch.no_grad(), inductor_config.patch(force_disable_caches=True, post_grad_custom_post_pass=custom):
-            return run_and_get_code(torch.compile(no_loop, fullgraph=True), x, w, b)
-
-    (acc, shared), codes = run(t2p.make_chained_pass(spy))
+    monkeypatch.setitem(post_grad_slot.PASSES, (chunk_order.RANK, chunk_order.NAME), spy)
+    ours = compile_and_run(no_loop, x, w, b, no_grad=True)
     assert len(graphs) == 2 and graphs[0] == graphs[1]  # the FX graph, as text, before and after
-    assert not any(k.startswith(("chunk_order:", "slice_writes:")) for k in counters[COUNTER])
-    _, stock_codes = run(None)
-    assert _without_ids(codes) == _without_ids(stock_codes)  # and byte-identical output code
-    torch.testing.assert_close(acc, b.t() @ x)
+    assert not any(k.startswith(("chunk_order:", "slice_writes:")) for k in ours.counts)
+    stock = compile_and_run(no_loop, x, w, b, no_grad=True, post_grad_passes=False)
+    assert _without_ids(ours.codes) == _without_ids(stock.codes)  # and byte-identical output code
+    torch.testing.assert_close(ours.result[0], b.t() @ x)
 
 
 def _without_ids(codes):
     """Output code less its "# AOT ID: ['<n>_inference']" line (a per-process count)."""
     return [re.sub(r"^# AOT ID: .*$", "", c, count=1, flags=re.M) for c in codes]
-
-
-def test_the_pass_never_raises(monkeypatch):
-    def broken(graph):
-        raise RuntimeError("unexpected graph")
-
-    monkeypatch.setattr(t2o, "plan_edges", broken)
-    counters[COUNTER].clear()
-    graph = torch.fx.symbolic_trace(lambda a: a + 1).graph
-    before = str(graph)
-    assert t2o.serialize_chunks(graph) == 0
-    assert str(graph) == before
-    assert counters[COUNTER]["chunk_order:error"] == 1

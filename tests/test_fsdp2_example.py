@@ -5,7 +5,8 @@ so its entry point fires in every rank; to be independent of that, the subproces
 also gets the ``sitecustomize.py`` recipe of docs/activation.md (it imports the
 package) from a temp folder, with the checkout root, on PYTHONPATH.
 
-Two runs (about 35 s + 20 s on 2 cores, mostly Inductor's cold compile):
+Marked slow (``pytest -m slow``).  Two runs (about 35 s + 20 s on 2 cores, mostly
+Inductor's cold compile):
 * the fix on: 3 steps with ``--check``; every rank reports the fix active and
   ``addmm.dtype`` lowered by the plugin, rank 0 prints the losses, the check
   against the single-process eager run says PASS, exit 0;
@@ -25,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.distributed
+pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "fsdp2_flce_train.py"

@@ -3,8 +3,8 @@ sliced with a storage offset, strided, broadcast batch), dtypes, bias shapes and
 beta/alpha, every out_dtype overload (.dtype and .dtype_out) compiled by Inductor
 on the CPU matches a float64 reference, in out_dtype.
 
-Budget: ``INDUCTOR_ADDMM_FIX_FUZZ_EXAMPLES`` examples per op (default 10),
-derandomized so that CI runs the same examples every time;
+Budget: ``INDUCTOR_ADDMM_FIX_FUZZ_EXAMPLES`` examples per op (default 10; the slow
+run adds a budget of 100), derandomized so that CI runs the same examples every time;
 ``INDUCTOR_ADDMM_FIX_FUZZ_SEED=<int>`` explores other ones.  Compiles are
 ``dynamic=True`` and kept across examples, keyed by what a graph specializes on
 (dtypes, beta, alpha, out=), so that most new shapes reuse a compiled graph.
@@ -21,18 +21,23 @@ from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 from cases import OPS, Op
+from helpers import without_graph_caches
 
 EXAMPLES = int(os.environ.get("INDUCTOR_ADDMM_FIX_FUZZ_EXAMPLES", "10"))
 SEED = os.environ.get("INDUCTOR_ADDMM_FIX_FUZZ_SEED")
 
-FUZZ = settings(
-    max_examples=EXAMPLES,
-    derandomize=SEED is None,
-    database=None,
-    deadline=None,
-    print_blob=True,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large],
-)
+SLOW_EXAMPLES = max(EXAMPLES, 100)
+
+
+def fuzz(examples: int):
+    return settings(
+        max_examples=examples,
+        derandomize=SEED is None,
+        database=None,
+        deadline=None,
+        print_blob=True,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large],
+    )
 
 
 def seeded(test):
@@ -140,8 +145,8 @@ def fresh_compile_cache():
         for name in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit", "accumulated_cache_size_limit")
         if hasattr(torch._dynamo.config, name)
     }
-    # force_disable_caches: lower every graph with this code, not a cached artifact
-    with torch._dynamo.config.patch(**limits), torch._inductor.config.patch(force_disable_caches=True):
+    # lower every graph with this code, not a cached artifact
+    with torch._dynamo.config.patch(**limits), without_graph_caches():
         yield
     _compiled.clear()
 
@@ -181,9 +186,12 @@ def reference_and_scale(op: Op, operands, p: Problem):
     return p.alpha * product + p.beta * c, magnitude + abs(p.beta) * c.abs()
 
 
+@pytest.mark.parametrize(
+    "examples", [EXAMPLES, pytest.param(SLOW_EXAMPLES, marks=pytest.mark.slow)], ids=["budget", "large-budget"]
+)
 @pytest.mark.parametrize("op", OPS, ids=str)
-def test_compiled_matches_float64_on_random_inputs(op):
-    @FUZZ
+def test_compiled_matches_float64_on_random_inputs(op, examples):
+    @fuzz(examples)
     @seeded
     @given(p=problems(op))
     def check(p: Problem):

@@ -1,17 +1,19 @@
 """install() is idempotent; uninstall() restores exactly what was there and the
-stock failure comes back; status() says what was applied and why."""
+stock failure comes back; status() says what was applied and why; the compile caches
+keep artifacts made with and without the package apart."""
 
 import pytest
 import torch
 
 import inductor_addmm_fix as fix
 from cases import OPS_BY_NAME, eager_fn, make_operands
-from torch_tables import differences, tables_snapshot
+from helpers import differences, tables_snapshot, without_graph_caches
+from inductor_addmm_fix.inductor.passes import chunk_order
 
 # Stock failures we know, per torch release (the repro script uses the same list).
 STOCK_FAILURES = (
-    "tuned_addmm() takes 3 positional arguments but 4 were given",  # Tier 2 (2.13+)
-    "unsupported operand type(s) for *: 'torch.dtype'",  # Tier 1 (2.8-2.12)
+    "tuned_addmm() takes 3 positional arguments but 4 were given",  # Inductor's lowering (2.13+)
+    "unsupported operand type(s) for *: 'torch.dtype'",  # the core decomposition (2.8-2.12)
     "unsupported operand type(s) for *: 'FakeTensor' and 'torch.dtype'",
 )
 
@@ -20,16 +22,19 @@ def compile_addmm():
     op = OPS_BY_NAME["addmm"]
     operands = make_operands(op, 8, 16, 12, torch.bfloat16, bias_dtype=torch.float32)
     compiled = torch.compile(eager_fn(op, out_dtype=torch.float32), backend="inductor", fullgraph=True)
-    with torch._inductor.config.patch(force_disable_caches=True):  # lower it, even if cached
+    with without_graph_caches():  # lower it, even if cached
         return compiled(*operands)
 
 
-def test_import_installs_the_fix_on_both_tiers():
-    import torch._inductor.compile_fx  # noqa: F401  (Tier 2 waits for Inductor)
+def test_import_installs_every_feature():
+    import torch._inductor.compile_fx  # noqa: F401  (the Inductor part waits for Inductor)
 
     status = fix.status()
     assert fix.is_installed() and status.installed
-    assert status.tiers == {"core": "applied", "inductor": "applied"}
+    expected = {name: "applied" for name in fix.FEATURES}
+    if not chunk_order.supported():
+        expected.pop("chunk_order")
+    assert {name: state for name, state in status.features.items() if name in expected} == expected
     applied = {p.name for p in status.patches if p.applied}
     assert "inductor.lowering.addmm.dtype" in applied
     assert "core.meta.baddbmm.dtype" in applied  # broken in every release up to 2.15
@@ -95,11 +100,11 @@ def test_cache_keys_differ_with_and_without_the_fix():
 
 
 def test_without_cache_key_tag_the_compile_caches_are_turned_off(monkeypatch):
-    from inductor_addmm_fix import _torch_features
+    from inductor_addmm_fix.inductor import cache_key
 
     fix.uninstall()
     original = torch._inductor.config.fx_graph_cache
-    monkeypatch.setattr(_torch_features, "cache_key_tag_supported", lambda: False)
+    monkeypatch.setattr(cache_key, "cache_key_tag_supported", lambda: False)
     fix.install()
     try:
         assert torch._inductor.config.fx_graph_cache is False
@@ -109,11 +114,18 @@ def test_without_cache_key_tag_the_compile_caches_are_turned_off(monkeypatch):
     assert torch._inductor.config.fx_graph_cache == original
 
 
-def test_status_names_each_patch_with_reason_and_retiring_upstream_change():
+def test_status_names_each_feature_and_patch_with_reason_and_retiring_upstream_change():
     status = fix.status()
     assert status.torch_version == torch.__version__
     for patch in status.patches:
         assert patch.reason and patch.obsolete_when
     text = str(status)
     assert "inductor.lowering.addmm.dtype" in text and "applied" in text
+    assert all(name in text for name in fix.FEATURES)
     assert fix.status().as_dict()["installed"] is True
+
+
+def test_after_uninstall_status_reports_nothing_installed():
+    status = fix.uninstall()
+    assert not status.installed and status.activation is None
+    assert set(status.features.values()) == {"not installed"} and status.patches == ()

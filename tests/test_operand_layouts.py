@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from cases import OPS, eager_fn, relative_error
-from compile_helpers import compile_and_run
+from helpers import compile_and_run
 
 M, K, N = 12, 20, 9
 

@@ -1,5 +1,6 @@
-"""In-process checks of the activation pieces (the routes themselves, in fresh
-interpreters, are in test_activation.py)."""
+"""In-process checks of the activation pieces: the environment variable, the .pth
+line, the post-import hook, the start-up route, the command line (the routes
+themselves, in fresh interpreters, are in test_activation.py)."""
 
 import ast
 import re
@@ -10,7 +11,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from inductor_addmm_fix import _check, _cli, _env, _import_hooks, _startup
+import inductor_addmm_fix as fix
+from inductor_addmm_fix import cli, features
+from inductor_addmm_fix.activation import env, startup
+from inductor_addmm_fix.cli import check
+from inductor_addmm_fix.patching import import_hooks
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -20,23 +25,31 @@ def test_pth_line_knows_the_same_off_values_as_the_package():
     assert line.count("\n") == 1 and line.startswith("import ")  # site runs one "import" line
     code = ast.literal_eval(re.search(r'exec\((".*")\)', line).group(1))
     off = ast.literal_eval(re.search(r"not in (\(.*?\))", code).group(1))
-    assert set(off) == _env.OFF_VALUES
+    assert set(off) == features.OFF
 
 
 @pytest.mark.parametrize(
-    "value, enabled", [("", True), ("1", True), ("on", True), ("TRUE", True), (" 0 ", False), ("off", False), ("No", False)]
+    "value, enabled",
+    [("", True), ("1", True), ("on", True), ("TRUE", True), ("-views", True), (" 0 ", False), ("off", False), ("No", False)],
 )
 def test_env_values(value, enabled):
-    assert _env.enabled_by_env({_env.VARIABLE: value}) is enabled
+    assert env.enabled_by_env({env.VARIABLE: value}) is enabled
 
 
-def test_unknown_env_value_warns_once_and_keeps_the_default(monkeypatch):
-    monkeypatch.setattr(_env, "_warned", False)
+def test_unknown_env_value_warns_once_and_keeps_every_feature(monkeypatch):
+    from inductor_addmm_fix import installer
+
+    fix.uninstall()
+    monkeypatch.setattr(installer, "_warned", set())
+    monkeypatch.setenv(env.VARIABLE, "maybe")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        assert _env.enabled_by_env({_env.VARIABLE: "maybe"})
-        assert _env.enabled_by_env({_env.VARIABLE: "perhaps"})
-    assert len(caught) == 1 and "keeping the default" in str(caught[0].message)
+        startup.activate(startup.ENTRY_POINT)
+        fix.uninstall()
+        startup.activate(startup.ENTRY_POINT)
+    assert len(caught) == 1 and "ignoring 'maybe'" in str(caught[0].message)
+    states = fix.status().features.values()
+    assert all(s in ("applied", "waiting for torch._inductor to be imported") or s.startswith("unavailable") for s in states)
 
 
 def test_post_import_hook_runs_after_the_module_and_leaves_its_loader(tmp_path, monkeypatch):
@@ -47,26 +60,26 @@ def test_post_import_hook_runs_after_the_module_and_leaves_its_loader(tmp_path, 
     def callback():
         seen.append(sys.modules["hooked_module_xyz"].VALUE)
 
-    assert not _import_hooks.when_imported("hooked_module_xyz", callback)
+    assert not import_hooks.when_imported("hooked_module_xyz", callback)
     import hooked_module_xyz as module
 
     assert seen == [42]
-    assert not isinstance(module.__loader__, _import_hooks._Loader)  # its own loader again
+    assert not isinstance(module.__loader__, import_hooks._Loader)  # its own loader again
     assert module.__spec__.loader is module.__loader__
-    assert not _import_hooks.is_pending("hooked_module_xyz")
-    assert _import_hooks._finder not in sys.meta_path or _import_hooks._pending
+    assert not import_hooks.is_pending("hooked_module_xyz")
+    assert import_hooks._finder not in sys.meta_path or import_hooks._pending
     del sys.modules["hooked_module_xyz"]
 
 
 def test_torch_is_not_still_importing_once_imported():
-    assert not _startup._still_importing(torch)
+    assert not startup._still_importing(torch)
 
 
 def test_activate_with_the_env_var_off_changes_nothing(monkeypatch):
-    monkeypatch.setenv(_env.VARIABLE, "0")
+    monkeypatch.setenv(env.VARIABLE, "0")
     calls = []
-    monkeypatch.setattr(_startup, "_install", calls.append)
-    _startup.activate(_startup.ENTRY_POINT)
+    monkeypatch.setattr(startup, "_install", calls.append)
+    startup.activate(startup.ENTRY_POINT)
     assert calls == []
 
 
@@ -74,11 +87,11 @@ def test_activate_never_raises(monkeypatch):
     def boom(route):
         raise RuntimeError("simulated")
 
-    monkeypatch.delenv(_env.VARIABLE, raising=False)
-    monkeypatch.setattr(_startup, "_install", boom)
-    monkeypatch.setattr(_startup, "_warned", False)
+    monkeypatch.delenv(env.VARIABLE, raising=False)
+    monkeypatch.setattr(startup, "_install", boom)
+    monkeypatch.setattr(startup, "_warned", False)
     with pytest.warns(RuntimeWarning, match="not activated by entry-point"):
-        _startup.activate(_startup.ENTRY_POINT)
+        startup.activate(startup.ENTRY_POINT)
 
 
 def test_error_summary_keeps_the_cause_of_a_subprocess_error():
@@ -86,7 +99,7 @@ def test_error_summary_keeps_the_cause_of_a_subprocess_error():
         "SubprocException: An exception occurred in a subprocess:\n\nTraceback (most recent call last):\n"
         '  File "x.py", line 1, in f\n    g()\nLoweringException: TypeError: tuned_addmm() takes 3\n  target: x\n'
     )
-    assert _check._first_line(error) == (
+    assert check._first_line(error) == (
         "RuntimeError: SubprocException: An exception occurred in a subprocess: "
         "LoweringException: TypeError: tuned_addmm() takes 3"
     )
@@ -94,11 +107,11 @@ def test_error_summary_keeps_the_cause_of_a_subprocess_error():
 
 def test_check_without_the_device_asked_for_cannot_run(monkeypatch, capsys):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert _cli.main(["check", "--device", "cuda"]) == _check.CANNOT_RUN
+    assert cli.main(["check", "--device", "cuda"]) == check.CANNOT_RUN
     assert "could not run" in capsys.readouterr().out
 
 
 def test_status_command_in_process(capsys):
-    assert _cli.main([]) == 0
+    assert cli.main([]) == 0
     out = capsys.readouterr().out
     assert "installed: yes" in out and "routes:" in out and "INDUCTOR_ADDMM_FIX:" in out

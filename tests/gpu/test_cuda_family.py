@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from cases import DTYPE_PAIRS, OPS, dtype_id, eager_fn, make_operands
-from compile_helpers import compile_and_run
+from helpers import compile_and_run
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 

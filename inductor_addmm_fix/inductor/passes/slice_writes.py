@@ -1,0 +1,324 @@
+"""Chunked writes into slices of one buffer stay slice-sized (a post-grad pass).
+
+Liger's FusedLinearCrossEntropy (FLCE) writes each chunk's input gradient into its rows
+of one buffer: ``torch.mm(g, W, out=grad_input[a:b])``.  Functionalization turns the
+loop into a chain of ``slice_scatter`` ops, each taking the previous one's result::
+
+    s1 = slice_scatter(zeros, mm_1, 0, 0, 256)
+    s2 = slice_scatter(s1,    mm_2, 0, 256, 512)   # ... one per chunk
+
+Inductor lowers every ``slice_scatter`` to a kernel over the *whole* buffer (it reuses
+the buffer in place, but reads and writes all of it; seen in the CPU code of torch 2.13):
+``chunks x BT x H`` elements of traffic where eager writes ``BT x H`` once.
+
+When the written ranges are disjoint (they are: one chunk each), the pass below, run in
+the post-grad slot (``post_grad_slot``), rewrites the chain in one of two ways:
+
+* the first buffer is a graph input that the graph copies the result back into, and that
+  nothing else reads (Liger's ``.item()`` breaks the graph, so ``grad_input`` comes from
+  an earlier graph): each write becomes ``copy_`` into its slice of the input, and the
+  whole-buffer copy back goes.  No buffer of the input's size is allocated or moved.
+* otherwise, the chain's result becomes one ``aten.cat`` of the pieces written, in index
+  order, with slices of the first buffer in the gaps.  Inductor lowers a ``cat`` of more
+  than ``max_pointwise_cat_inputs`` pieces to a ``ConcatKernel``: each matmul writes
+  straight into its slice of the output.  Shorter chains are left alone, since Inductor
+  would fuse that ``cat`` into one kernel that keeps every piece alive until the end.
+
+Only chains it can prove equal are rewritten: static sizes and bounds, one dimension,
+step 1, each intermediate result used by the next write only (dead views aside),
+pairwise disjoint ranges.  Chains are planned one at a time on the graph as it then
+is.  Anything else is left as it was, and the pass never raises.  Counted in
+``torch._dynamo.utils.counters["inductor_addmm_fix"]``: ``slice_writes:chains``,
+``slice_writes:in_place``, ``slice_writes:cat``, ``slice_writes:pieces`` (writes) and
+``slice_writes:error``.
+
+Upstream: none known (Inductor's re-inplacing makes each ``slice_scatter`` reuse the
+buffer, not write only its slice).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from ...patching.counters import count
+from ...patching.declare import Decision, Unavailable, needed
+from . import post_grad_slot
+
+aten = torch.ops.aten
+log = logging.getLogger(__name__)
+
+NAME = "slice_writes"  # counted as "slice_writes:<event>" in counters["inductor_addmm_fix"]
+RANK = 10  # runs before chunk_order, which must see the rewritten writes
+RETIRED_BY = (
+    "none known: Inductor writes each slice_scatter over the whole buffer (its re-inplacing "
+    "reuses the buffer, it does not write only the slice)"
+)
+
+
+def _count(what: str, n: int = 1) -> None:
+    count(NAME, what, n)
+
+
+def _is_scatter(node: Any) -> bool:
+    return isinstance(node, fx.Node) and node.op == "call_function" and node.target is aten.slice_scatter.default
+
+
+def _arg(node: fx.Node, i: int, name: str, default: Any) -> Any:
+    if len(node.args) > i:
+        return node.args[i]
+    return node.kwargs.get(name, default)
+
+
+def _static(value: Any) -> bool:
+    return type(value) is int
+
+
+def _write(node: fx.Node, ndim: int, size_at: Any) -> tuple[int, int, int] | None:
+    """(dim, start, end) that ``node`` writes, normalized as slicing does; None when
+    symbolic or with a step other than 1."""
+    dim, start, end, step = (_arg(node, 2, "dim", 0), _arg(node, 3, "start", None), _arg(node, 4, "end", None), _arg(node, 5, "step", 1))
+    if not (_static(dim) and step == 1 and (start is None or _static(start)) and (end is None or _static(end))):
+        return None
+    dim = dim % ndim if ndim else 0
+    size = size_at(dim)
+    if not _static(size):
+        return None
+    start = 0 if start is None else start
+    end = size if end is None else end
+    start = max(0, min(size, start + size if start < 0 else start))
+    end = max(start, min(size, end + size if end < 0 else end))
+    return dim, start, end
+
+
+def _dead(node: fx.Node) -> bool:
+    """A node nothing reads and that has no side effect (functionalization leaves such
+    views behind, e.g. the slice an ``out=`` wrote through)."""
+    return not node.users and node.op == "call_function" and not node.is_impure()
+
+
+def _live_users(node: fx.Node) -> list[fx.Node]:
+    return [u for u in node.users if not _dead(u)]
+
+
+def _erase_with_dead_users(graph: fx.Graph, node: fx.Node) -> None:
+    for user in list(node.users):
+        if _dead(user):
+            graph.erase_node(user)
+    graph.erase_node(node)
+
+
+def scatter_chains(graph: fx.Graph) -> list[list[fx.Node]]:
+    """Maximal chains ``[s_1, ..., s_n]`` (n >= 2) of ``slice_scatter`` nodes, each
+    ``s_k``'s input ``s_{k-1}`` and ``s_{k-1}``'s only live user."""
+    chains = []
+    for node in graph.nodes:
+        if not _is_scatter(node):
+            continue
+        users = _live_users(node)
+        if len(users) == 1 and _is_scatter(users[0]) and users[0].args[0] is node:
+            continue  # not the last write
+        chain = [node]
+        while _is_scatter(chain[-1].args[0]) and len(_live_users(chain[-1].args[0])) == 1:
+            chain.append(chain[-1].args[0])
+        if len(chain) >= 2:
+            chains.append(chain[::-1])
+    return chains
+
+
+def plan_cat(chain: list[fx.Node]) -> tuple[fx.Node, int, list[tuple[int, int, fx.Node | None]]] | None:
+    """(base, dim, pieces) for a chain whose writes are provably a concatenation, else
+    None.  ``pieces`` cover the dimension in order: (start, end, write) with ``write``
+    the ``slice_scatter`` node whose source fills the range, or None for a gap, filled
+    from ``base``."""
+    base = chain[0].args[0]
+    val = base.meta.get("val") if isinstance(base, fx.Node) else None
+    if not isinstance(val, torch.Tensor):
+        return None
+    shape = tuple(val.shape)
+    if not all(_static(s) for s in shape):
+        return None
+    dims, writes = set(), []
+    for node in chain:
+        w = _write(node, len(shape), shape.__getitem__)
+        src = node.args[1]
+        sval = src.meta.get("val") if isinstance(src, fx.Node) else None
+        if w is None or not isinstance(sval, torch.Tensor) or sval.dtype != val.dtype:
+            return None
+        dim, start, end = w
+        expected = shape[:dim] + (end - start,) + shape[dim + 1 :]
+        if tuple(sval.shape) != expected:
+            return None
+        dims.add(dim)
+        if end > start:
+            writes.append((start, end, node))
+    if len(dims) != 1 or not writes:
+        return None
+    (dim,) = dims
+    writes.sort(key=lambda w: w[0])
+    if any(a[1] > b[0] for a, b in zip(writes, writes[1:])):
+        return None  # overlapping writes: the later one wins; not a plain concatenation
+    pieces, at = [], 0
+    for start, end, node in writes:
+        if start > at:
+            pieces.append((at, start, None))
+        pieces.append((start, end, node))
+        at = end
+    if at < shape[dim]:
+        pieces.append((at, shape[dim], None))
+    return base, dim, pieces
+
+
+def _min_pieces() -> int:
+    """Inductor fuses a ``cat`` of at most this many inputs into one pointwise kernel
+    (every piece alive until it runs); above it each piece is written into place."""
+    import torch._inductor.config as config
+
+    return int(getattr(config, "max_pointwise_cat_inputs", 8)) + 1
+
+
+def _fake_mode(val: torch.Tensor) -> Any:
+    from torch._guards import detect_fake_mode
+
+    return detect_fake_mode([val])
+
+
+def copied_back_into(chain: list[fx.Node], base: Any) -> fx.Node | None:
+    """The ``copy_(base, result)`` that puts the chain's result back into ``base``, when
+    ``base`` is a graph input that nothing else reads (functionalization's epilogue for
+    ``out=`` slices of an input); else None."""
+    if not (isinstance(base, fx.Node) and base.op == "placeholder"):
+        return None
+    users = set(_live_users(base))
+    copies = [u for u in users if u.target is aten.copy_.default and u.args[0] is base and u.args[1] is chain[-1]]
+    if len(copies) != 1 or users != {chain[0], copies[0]}:
+        return None
+    return copies[0]
+
+
+def rewrite_slice_writes(graph: fx.Graph) -> int:
+    """Rewrite each provable chain of slice writes: into the graph input it is copied
+    back into, in place, or else as one ``cat``.  Returns the number of chains
+    rewritten (0: graph untouched).  Never raises.
+
+    Chains are planned one at a time on the graph as it is then: a rewrite may change
+    what a later chain starts from (a chain continuing another one's result)."""
+    done = 0
+    tried: set[fx.Node] = set()
+    while True:
+        try:
+            found = None
+            for chain in scatter_chains(graph):
+                if chain[-1] in tried:
+                    continue
+                tried.add(chain[-1])
+                plan = plan_cat(chain)
+                if plan is not None:
+                    found = chain, plan, copied_back_into(chain, plan[0])
+                    break
+        except Exception as error:  # an unexpected graph: leave the rest as it is
+            _count("error")
+            log.warning("slice_writes: graph left as it was (%s: %s)", type(error).__name__, error)
+            return done
+        if found is None:
+            return done
+        chain, (base, dim, pieces), epilogue = found
+        try:
+            if epilogue is not None:
+                _write_in_place(graph, chain, base, dim, pieces, epilogue)
+                _count("in_place")
+            elif len(pieces) >= _min_pieces() and _concatenate(graph, chain, base, dim, pieces):
+                _count("cat")
+            else:
+                continue
+        except Exception as error:  # pragma: no cover - torch internals changed
+            _count("error")
+            log.warning("slice_writes: chain left as it was (%s: %s)", type(error).__name__, error)
+            continue
+        done += 1
+        _count("chains")
+        _count("pieces", sum(1 for p in pieces if p[2] is not None))
+
+
+def _write_in_place(graph: fx.Graph, chain: list[fx.Node], base: fx.Node, dim: int, pieces: list, epilogue: fx.Node) -> None:
+    """Each write becomes ``copy_`` into its slice of the graph input, where the write
+    was; readers of the result read the input (now written); the epilogue goes.  New
+    nodes get their fake values before the graph changes."""
+    mode = _fake_mode(base.meta["val"]) or contextlib.nullcontext()
+    with mode:
+        planned = [
+            (node, start, end, aten.slice.Tensor(base.meta["val"], dim, start, end))
+            for start, end, node in pieces
+            if node is not None
+        ]
+    for node, start, end, val in planned:
+        with graph.inserting_before(node):
+            view = graph.call_function(aten.slice.Tensor, (base, dim, start, end))
+            view.meta.update({k: v for k, v in node.meta.items() if k != "val"}, val=val)
+            write = graph.call_function(aten.copy_.default, (view, node.args[1]))
+            write.meta.update({k: v for k, v in node.meta.items() if k != "val"}, val=val)
+    epilogue.replace_all_uses_with(base)
+    graph.erase_node(epilogue)
+    chain[-1].replace_all_uses_with(base)
+    for node in reversed(chain):
+        _erase_with_dead_users(graph, node)
+
+
+def _concatenate(graph: fx.Graph, chain: list[fx.Node], base: fx.Node, dim: int, pieces: list) -> bool:
+    """The chain's result becomes one ``cat`` of its pieces.  The cat is built (with fake
+    values) first and used only if its value has the chain result's shape and strides;
+    otherwise (or on a failure) the new nodes are removed and the graph is as it was."""
+    last = chain[-1]
+    mode = _fake_mode(last.meta["val"]) or contextlib.nullcontext()
+    created: list[fx.Node] = []
+    try:
+        inputs = []
+        with graph.inserting_before(last):
+            for start, end, write in pieces:
+                if write is not None:
+                    inputs.append(write.args[1])
+                    continue
+                gap = graph.call_function(aten.slice.Tensor, (base, dim, start, end))
+                created.append(gap)
+                with mode:
+                    gap.meta["val"] = aten.slice.Tensor(base.meta["val"], dim, start, end)
+                inputs.append(gap)
+            cat = graph.call_function(aten.cat.default, (inputs, dim))
+            created.append(cat)
+            with mode:
+                cat.meta["val"] = aten.cat.default([n.meta["val"] for n in inputs], dim)
+        same = cat.meta["val"].shape == last.meta["val"].shape and cat.meta["val"].stride() == last.meta["val"].stride()
+    except Exception as error:
+        failure: Exception | None = error
+        same = False
+    else:
+        failure = None
+    if not same:
+        for node in reversed(created):
+            graph.erase_node(node)
+        if failure is not None:
+            raise failure
+        return False
+    for key, value in last.meta.items():
+        if key != "val":
+            cat.meta.setdefault(key, value)
+    last.replace_all_uses_with(cat)
+    for node in reversed(chain):
+        _erase_with_dead_users(graph, node)
+    return True
+
+
+def plan() -> list[Decision]:
+    """Run :func:`rewrite_slice_writes` in the post-grad slot."""
+    if not post_grad_slot.supported():
+        raise Unavailable("no post_grad_custom_post_pass / CustomGraphPass in this torch")
+    reason = (
+        "chunked loops (FLCE) write each chunk's slice of one buffer with a kernel over the whole "
+        "buffer; rewritten as one cat, or in place into a graph input: slice-sized writes"
+    )
+    patch = post_grad_slot.register(RANK, NAME, rewrite_slice_writes)
+    return [needed(patch.name, reason, [patch], probe=post_grad_slot.supported, obsolete_when=RETIRED_BY)]

@@ -1,0 +1,274 @@
+"""Applying the selected features to torch, each one its own failure domain.
+
+A feature (``features.py``) is applied in two stages: its ``core`` modules as soon as
+torch is imported, its ``inductor`` modules once ``torch._inductor.compile_fx`` is
+(waiting for it with a post-import hook, so that nothing here imports Inductor).  In
+each stage every selected feature plans (its modules probe torch and declare their
+patches), applies its patches through the one :class:`~.patching.registry.Registry`,
+and runs its self-test.  A failure in any step rolls back that feature, all its
+stages, warns once, and leaves the other features as they are; a torch that lacks what
+a feature needs, a known limitation, leaves the feature unapplied without a warning.
+Shared machinery (the post-grad slot, the cache-key tag) follows the features that
+need it, and a failure there fails those features.
+
+Nothing here raises into the caller: a torch we cannot patch only warns.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+import warnings
+
+from .version import __version__
+from . import features as F
+from .patching import import_hooks
+from .patching.declare import Decision, PlanError, Unavailable, patches_of, plan_modules
+from .patching.registry import Patch, Registry
+from .report import PatchStatus, Status
+
+#: The module whose import completes Inductor's tables; the Inductor stage waits for it.
+INDUCTOR_TRIGGER = "torch._inductor.compile_fx"
+CORE, INDUCTOR = "core", "inductor"
+SHARED = "shared"  # the feature column of machinery in status()
+
+log = logging.getLogger("inductor_addmm_fix")
+if not any(isinstance(h, logging.NullHandler) for h in log.handlers):
+    log.addHandler(logging.NullHandler())  # quiet unless the program configures logging
+
+
+class _Applied:
+    """What one feature, or one piece of machinery, has done to this process."""
+
+    def __init__(self) -> None:
+        self.stages: set[str] = set()  # stages planned and applied
+        self.decisions: list[Decision] = []
+        self.patches: list[Patch] = []
+        self.error: str | None = None  # "Type: message" of the failure that rolled it back
+        self.unavailable: str | None = None
+        self.key: tuple = ()  # machinery: what it was planned for
+
+
+_lock = threading.RLock()
+_registry = Registry()
+_state: dict = {"wanted": False, "activation": None, "selected": frozenset(), "selected_by": None}
+_features: dict[str, _Applied] = {}
+_machinery: dict[str, _Applied] = {}
+_warned: set[str] = set()
+
+
+def warn_once(key: str, message: str) -> None:
+    """A RuntimeWarning, once per process and key; also logged."""
+    log.warning("%s", message)
+    if key not in _warned:
+        _warned.add(key)
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+def is_wanted() -> bool:
+    """Whether install() was called (by a route or the user) and uninstall() was not."""
+    return _state["wanted"]
+
+
+def install(features=None, *, activation: str = "install()", selected_by: str = "install(features=...)") -> Status:
+    """Apply the selected features (a spec, see ``features.parse``; None: all).
+    Idempotent and thread-safe; features no longer selected are rolled back, and
+    features that failed (or found this torch lacking) are planned again."""
+    with _lock:
+        selected, unknown = F.parse(features)
+        if unknown:
+            warn_once(
+                f"unknown:{selected_by}:{','.join(unknown)}",
+                f"inductor_addmm_fix: {selected_by}: ignoring {', '.join(map(repr, unknown))}, "
+                f"not a feature ({', '.join(F.NAMES)}) nor on/off",
+            )
+        if not _state["wanted"]:
+            _state.update(wanted=True, activation=activation)
+        for name in [n for n in _features if n not in selected]:
+            _restore(_features.pop(name))
+        _state.update(selected=selected, selected_by=selected_by)
+        for name in selected:
+            applied = _features.setdefault(name, _Applied())
+            if applied.error or applied.unavailable:  # nothing of it is applied: plan it again
+                _features[name] = _Applied()
+        _apply_stage(CORE)  # imports torch, inside the guard: a torch we cannot patch only warns
+        if any(_waits_for_inductor(name) for name in selected):
+            import_hooks.when_imported(INDUCTOR_TRIGGER, _apply_inductor_stage)
+        elif INDUCTOR_TRIGGER in sys.modules:
+            _sync_machinery()
+        return status()
+
+
+def uninstall() -> Status:
+    """Restore every slot the package changed, exactly as it was."""
+    with _lock:
+        import_hooks.cancel(INDUCTOR_TRIGGER)
+        for problem in _registry.restore():
+            warn_once(f"restore:{problem}", f"inductor_addmm_fix: {problem}")
+        _features.clear()
+        _machinery.clear()
+        _state.update(wanted=False, activation=None, selected=frozenset(), selected_by=None)
+        return status()
+
+
+def _waits_for_inductor(name: str) -> bool:
+    applied = _features.get(name)
+    return (
+        applied is not None
+        and not applied.error
+        and not applied.unavailable
+        and bool(F.BY_NAME[name].inductor)
+        and INDUCTOR not in applied.stages
+    )
+
+
+def _apply_inductor_stage() -> None:
+    _apply_stage(INDUCTOR)
+
+
+def _apply_stage(stage: str) -> None:
+    with _lock:
+        if not _state["wanted"]:
+            return
+        for feature in F.FEATURE_TABLE:
+            applied = _features.get(feature.name)
+            if applied is None or applied.error or applied.unavailable or stage in applied.stages:
+                continue
+            if stage == INDUCTOR and feature.core and CORE not in applied.stages:
+                continue  # its core part is not applied
+            try:
+                decisions = plan_modules(getattr(feature, stage))
+                patches = patches_of(decisions)
+                _registry.apply(patches)
+                applied.patches += patches
+                if stage in feature.self_tests:
+                    _run(feature.self_tests[stage])
+            except Unavailable as reason:
+                _restore(applied)
+                applied.unavailable = str(reason)
+                continue
+            except Exception as error:  # never let a feature break torch or the program
+                _fail(feature.name, error)
+                continue
+            applied.decisions += decisions
+            applied.stages.add(stage)
+            log.info("%s: applied %d %s patch(es)", feature.name, len(patches), stage)
+        if stage == INDUCTOR:
+            _sync_machinery()
+
+
+def _run(target: str) -> None:
+    """Call ``"module:function"`` of this package (a self-test)."""
+    import importlib
+
+    module, function = target.split(":")
+    getattr(importlib.import_module(f"{__package__}.{module}"), function)()
+
+
+def _restore(applied: _Applied) -> None:
+    for problem in _registry.restore(only=applied.patches):
+        warn_once(f"restore:{problem}", f"inductor_addmm_fix: {problem}")
+    applied.patches, applied.decisions, applied.stages = [], [], set()
+
+
+def _fail(name: str, error: BaseException) -> None:
+    """Roll back every stage of one feature and warn once; the others stay."""
+    applied = _features[name]
+    _restore(applied)
+    applied.error = f"{type(error).__name__}: {error}"
+    warn_once(
+        f"feature:{name}",
+        f"inductor_addmm_fix: the {name} feature could not be applied to this torch, so it is off "
+        f"and torch was left as it was for it; other features are not affected ({applied.error})",
+    )
+
+
+def _sync_machinery() -> None:
+    """Apply, re-plan or remove each piece of shared machinery for the features now
+    applied that need it.  A failure fails those features, which may change what the
+    other machinery serves: repeat until nothing changes."""
+    changed = True
+    while changed:
+        changed = False
+        for machinery, module in F.MACHINERY.items():
+            users = {
+                f.name: sorted(p.name for p in _features[f.name].patches)
+                for f in F.FEATURE_TABLE
+                if machinery in f.machinery
+                and f.name in _features
+                and INDUCTOR in _features[f.name].stages
+                and _features[f.name].patches
+            }
+            key = tuple((name, tuple(patches)) for name, patches in users.items())
+            current = _machinery.get(machinery)
+            if current is not None and current.key == key:
+                continue
+            if current is not None:
+                _restore(_machinery.pop(machinery))
+            if not users:
+                continue
+            applied = _Applied()
+            try:
+                applied.decisions = plan_modules([module], users, __version__)
+                applied.patches = patches_of(applied.decisions)
+                _registry.apply(applied.patches)
+            except Exception as error:
+                failure = PlanError(f"{machinery}: {type(error).__name__}: {error}")
+                for name in users:
+                    _fail(name, failure)
+                changed = True
+                break
+            applied.key = key
+            _machinery[machinery] = applied
+
+
+def applied_patches() -> list[Patch]:
+    """Every patch applied now, in the order applied."""
+    return _registry.applied()
+
+
+def is_installed() -> bool:
+    with _lock:
+        selected = _state["selected"]
+        return _state["wanted"] and bool(selected) and not any(_features[n].error for n in selected if n in _features)
+
+
+def status() -> Status:
+    import torch
+
+    with _lock:
+        states, patches = {}, []
+        for feature in F.FEATURE_TABLE:
+            name = feature.name
+            applied = _features.get(name)
+            if not _state["wanted"]:
+                states[name] = "not installed"
+            elif name not in _state["selected"] or applied is None:
+                states[name] = f"off ({_state['selected_by']})"
+            elif applied.error:
+                states[name] = f"failed: {applied.error}"
+            elif applied.unavailable:
+                states[name] = f"unavailable on this torch: {applied.unavailable}"
+            elif _waits_for_inductor(name):
+                states[name] = "waiting for torch._inductor to be imported"
+            elif any(d.needed for d in applied.decisions):
+                states[name] = "applied"
+            else:
+                states[name] = "not needed on this torch"
+            if applied is not None:
+                patches += [_patch_status(d, name) for d in applied.decisions]
+        for applied in _machinery.values():
+            patches += [_patch_status(d, SHARED) for d in applied.decisions]
+        return Status(
+            package_version=__version__,
+            torch_version=str(torch.__version__),
+            installed=is_installed(),
+            activation=_state["activation"],
+            features=states,
+            patches=tuple(patches),
+        )
+
+
+def _patch_status(d: Decision, feature: str) -> PatchStatus:
+    return PatchStatus(d.name, feature, d.needed, d.reason, d.probe, d.obsolete_when)

@@ -1,0 +1,142 @@
+"""Shared by the tests (not a test file): compile a function with Inductor and return
+its result, the generated code and what the package counted; and a snapshot of every
+slot of torch that the package may touch."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import re
+import sys
+
+import torch
+from torch._dynamo.utils import counters
+from torch._inductor.utils import run_and_get_code
+
+from inductor_addmm_fix.patching.counters import COUNTER
+
+FAMILY = ("mm", "bmm", "addmm", "baddbmm")
+
+
+# ---------------------------------------------------------------- compile and count
+@dataclasses.dataclass
+class Compiled:
+    result: object
+    codes: list  # the generated code of each graph, in order
+    counts: dict  # counters["inductor_addmm_fix"]: "<what>:<event>" -> n
+    fn: object = None  # the compiled function, to call again
+
+    @property
+    def code(self) -> str:
+        return "\n".join(self.codes)
+
+    def lowered(self, op: str) -> int:
+        """How many times the package lowered ``<op>.dtype`` (any choice)."""
+        return sum(n for key, n in self.counts.items() if key.startswith(f"{op}.dtype:"))
+
+    def events(self, what: str) -> dict:
+        """``{event: n}`` of one pass or lowering, e.g. ``events("slice_writes")``."""
+        return {key.split(":", 1)[1]: n for key, n in self.counts.items() if key.startswith(f"{what}:")}
+
+
+def without_graph_caches():
+    """Lower every graph (a graph served from the FX graph or AOTAutograd cache skips
+    lowering, so nothing would be counted); compiled kernels are still reused."""
+    stack = contextlib.ExitStack()
+    stack.enter_context(torch._inductor.config.patch(fx_graph_cache=False))
+    stack.enter_context(torch._functorch.config.patch(enable_autograd_cache=False))
+    return stack
+
+
+def compile_and_run(fn, *args, fullgraph=True, dynamic=False, post_grad_passes=True, no_grad=False, **options) -> Compiled:
+    """``torch.compile(fn, backend="inductor")(*args)`` from a fresh Dynamo, with the
+    package's counters cleared first.  ``post_grad_passes=False``: the post-grad slot
+    empty (stock Inductor's passes only), as a control."""
+    torch._dynamo.reset()
+    counters[COUNTER].clear()
+    compiled = torch.compile(fn, backend="inductor", fullgraph=fullgraph, dynamic=dynamic, **options)
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(without_graph_caches())
+        if not post_grad_passes:
+            stack.enter_context(torch._inductor.config.patch(post_grad_custom_post_pass=None))
+        if no_grad:
+            stack.enter_context(torch.no_grad())
+        result, codes = run_and_get_code(compiled, *args)
+    return Compiled(result, codes, dict(counters[COUNTER]), compiled)
+
+
+def allocations(code: str, shape: tuple) -> int:
+    """How many buffers of ``shape`` the generated code allocates (any device)."""
+    return len(re.findall(rf"empty_strided_\w+\({re.escape(str(tuple(shape)))}", code))
+
+
+# ---------------------------------------------------------------- torch's slots
+def family_ops():
+    """The eight OpOverloads of the out_dtype feature."""
+    return [getattr(getattr(torch.ops.aten, name), which) for name in FAMILY for which in ("dtype", "dtype_out")]
+
+
+def live_tables() -> dict:
+    """name -> the table object (dicts and sets that the package may edit), captured
+    before a test hides an attribute of torch to simulate renamed internals."""
+    import torch._inductor.config as inductor_config
+    from torch._decomp import decomposition_table, meta_table
+    from torch._inductor.decomposition import decompositions
+    from torch._inductor.fx_passes.reinplace import inplaceable_ops
+    from torch._inductor.lowering import lowerings
+
+    from inductor_addmm_fix.inductor.passes.post_grad_slot import PASSES
+
+    return {
+        "decomp": decomposition_table,
+        "meta": meta_table,
+        "inductor": decompositions,
+        "lowering": lowerings,
+        "inplaceable": inplaceable_ops,
+        "impls": torch.library._impls,
+        "compiler_config": torch.compiler.config,
+        "inductor_config": inductor_config,
+        "passes": PASSES,
+    }
+
+
+def _entry(table, key):
+    return id(table[key]) if key in table else None
+
+
+def tables_snapshot(tables: dict | None = None) -> dict:
+    """Every slot the package may touch, by feature: ``(feature, what, key) -> value``
+    (table entries by identity, the Meta kernel the dispatcher runs, the Python Meta
+    kernel, ``torch.library``'s bookkeeping), the cache key tag, the post-grad slot and
+    the import hooks (``("shared", ...)``)."""
+    tables = live_tables() if tables is None else tables
+    aten = torch.ops.aten
+    snap = {}
+    for op in family_ops():
+        for label in ("decomp", "meta", "inductor", "lowering"):
+            snap[("out_dtype", label, str(op))] = _entry(tables[label], op)
+        kernel = op.py_kernels.get(torch._C.DispatchKey.Meta)
+        snap[("out_dtype", "py_kernels", str(op))] = None if kernel is None else id(kernel)
+        qualname = f"{op._schema.name.split('::')[1]}.{op._overloadname}"
+        snap[("out_dtype", "dispatcher", str(op))] = torch._C._dispatch_dump(f"aten::{qualname}")
+        snap[("out_dtype", "torch.library._impls", str(op))] = f"aten/{qualname}/Meta" in tables["impls"]
+    for op in (aten.addmm.dtype, aten.addmm.default):
+        snap[("reinplace", "inplaceable", str(op))] = _entry(tables["inplaceable"], op)
+    snap[("reinplace", "lowering", "addmm_")] = _entry(tables["lowering"], aten.addmm_.default)
+    for op in (aten.slice.Tensor, aten.select.int):
+        snap[("views", "lowering", str(op))] = _entry(tables["lowering"], op)
+    for name in ("slice_writes", "chunk_order"):
+        snap[(name, "passes", name)] = [id(p) for (_, n), p in tables["passes"].items() if n == name]
+    snap[("shared", "cache_key_tag")] = tables["compiler_config"].cache_key_tag
+    snap[("shared", "post_grad_custom_post_pass")] = id(tables["inductor_config"].post_grad_custom_post_pass)
+    snap[("shared", "meta_path")] = tuple(type(finder).__qualname__ for finder in sys.meta_path)
+    return snap
+
+
+def of_feature(snapshot: dict, feature: str) -> dict:
+    return {key: value for key, value in snapshot.items() if key[0] == feature}
+
+
+def differences(before: dict, after: dict) -> list[str]:
+    """The slots that differ, for assertion messages."""
+    return [str(key) for key in before.keys() | after.keys() if before.get(key) != after.get(key)]

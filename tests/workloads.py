@@ -1,0 +1,77 @@
+"""Workloads shared by the tests (not a test file): fused linear cross entropy (FLCE)
+loops as Liger-Kernel writes them, in plain torch, small enough for the CPU."""
+
+from __future__ import annotations
+
+import torch
+
+
+def chunked_grad_input(x, w, chunk):
+    """FLCE's grad_input loop: each chunk's product written into its rows with
+    ``mm(..., out=grad_input[a:b])``."""
+    grad_input = torch.zeros_like(x)
+    for start in range(0, x.shape[0], chunk):
+        g = torch.tanh(x[start : start + chunk] @ w.t())
+        torch.mm(g, w, out=grad_input[start : start + chunk])
+    return grad_input
+
+
+def accumulate_in_chunks(grad_weight, grad_logits, x, chunk: int, **kwargs):
+    """FLCE's grad_weight loop: ``addmm(grad_weight, g.t(), x_k, out=grad_weight)`` per
+    chunk (``out_dtype=torch.float32`` for bf16/fp16 products into an fp32 buffer)."""
+    for start in range(0, grad_logits.shape[0], chunk):
+        g = grad_logits[start : start + chunk]
+        torch.addmm(grad_weight, g.t(), x[start : start + chunk], out=grad_weight, **kwargs)
+    return grad_weight
+
+
+# FLCE without autograd, at a size whose chunks the tests can count.
+BT, H, V, CHUNK = 32, 16, 96, 8
+CHUNKS = BT // CHUNK
+
+
+def flce_like(x, w, onehot, out_dtype=None):
+    """A fused-linear-cross-entropy loop as Liger writes it (no autograd): per chunk the
+    logits, their gradient, grad_input written through mm(out=slice), grad_weight
+    accumulated with addmm(out=grad_weight)."""
+    grad_input = torch.zeros_like(x)
+    grad_weight = torch.zeros(V, H, dtype=torch.float32 if out_dtype else x.dtype)
+    loss = torch.zeros((), dtype=torch.float32 if x.dtype != torch.float64 else x.dtype)
+    for start in range(0, BT, CHUNK):
+        x_k = x[start : start + CHUNK]
+        logits = x_k @ w.t()
+        y = onehot[start : start + CHUNK]
+        g = (torch.softmax(logits.float(), -1) - y).to(x.dtype)
+        loss = loss + (torch.logsumexp(logits.float(), -1) - (logits.float() * y).sum(-1)).sum()
+        torch.mm(g, w, out=grad_input[start : start + CHUNK])
+        if out_dtype is None:
+            torch.addmm(grad_weight, g.t(), x_k, out=grad_weight)
+        else:
+            torch.addmm(grad_weight, g.t(), x_k, out_dtype=out_dtype, out=grad_weight)
+    return loss, grad_input, grad_weight
+
+
+def flce_inputs(dtype):
+    """(x, w, one-hot targets) for :func:`flce_like`."""
+    onehot = torch.nn.functional.one_hot(torch.randint(V, (BT,)), V).float()
+    return torch.randn(BT, H, dtype=dtype), torch.randn(V, H, dtype=dtype) / 4, onehot
+
+
+def flce_with_a_graph_break(x, w, target, chunk):
+    """Liger 0.8.5's forward, reduced: gradient buffers, an ``.item()`` (a graph break
+    under Dynamo's default config), then per chunk the logits, their gradient,
+    grad_input written through mm(out=slice) and grad_weight accumulated with
+    addmm(out=grad_weight)."""
+    grad_input = torch.zeros_like(x)
+    grad_weight = torch.zeros_like(w)
+    n_valid = (target >= 0).sum().item()
+    loss = x.new_zeros((), dtype=torch.float32)
+    for start in range(0, x.shape[0], chunk):
+        x_k = x[start : start + chunk]
+        logits = x_k @ w.t()
+        onehot = torch.nn.functional.one_hot(target[start : start + chunk], w.shape[0]).to(logits.dtype)
+        g = (torch.softmax(logits, -1) - onehot) / n_valid
+        loss = loss + (torch.logsumexp(logits, -1) - (logits * onehot).sum(-1)).sum() / n_valid
+        torch.mm(g, w, out=grad_input[start : start + chunk])
+        torch.addmm(grad_weight, g.t(), x_k, out=grad_weight)
+    return loss, grad_input, grad_weight
