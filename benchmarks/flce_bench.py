@@ -189,8 +189,9 @@ def main(argv=None) -> int:
         "--without",
         action="append",
         default=[],
-        metavar="PATCH",
-        help="also run the FLCE rows with the plugin's patches whose name contains PATCH restored (repeatable)",
+        metavar="FEATURE",
+        help="also run the FLCE rows with this feature of the package turned off (repeatable; "
+        "out_dtype, reinplace, views, slice_writes, chunk_order)",
     )
     p.add_argument("--json")
     args = p.parse_args(argv)
@@ -198,6 +199,10 @@ def main(argv=None) -> int:
         print("needs CUDA")
         return 2
     import inductor_addmm_fix
+
+    unknown = set(args.without) - set(inductor_addmm_fix.FEATURES)
+    if unknown:
+        p.error(f"--without: not a feature: {', '.join(sorted(unknown))} (features: {', '.join(inductor_addmm_fix.FEATURES)})")
 
     inductor_addmm_fix.install()
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, inductor_addmm_fix {inductor_addmm_fix.__version__}")
@@ -208,14 +213,11 @@ def main(argv=None) -> int:
         for bt in args.bt:
             rows += flce_rows(bt, args.h, args.v, torch.bfloat16, args.warmup, args.reps)
             torch._dynamo.reset()
-        registry = inductor_addmm_fix._get_registry()
         for name in args.without:
-            dropped = [p for p in registry.applied() if name in p.name]
-            registry.restore(only=dropped)
+            # The public switch: the feature is rolled back, the others stay.
+            inductor_addmm_fix.install(features=f"-{name}")
             torch._dynamo.reset()
-            label = f" (without {name}: {len(dropped)} patches)"
-            rows += flce_rows(args.bt[0], args.h, args.v, torch.bfloat16, args.warmup, args.reps, label)
-            inductor_addmm_fix.uninstall()
+            rows += flce_rows(args.bt[0], args.h, args.v, torch.bfloat16, args.warmup, args.reps, f" (without {name})")
             inductor_addmm_fix.install()
             torch._dynamo.reset()
     print(
