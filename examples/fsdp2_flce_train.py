@@ -30,7 +30,6 @@ only if every rank reported the fix active and the addmm lowered).
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import os
 import sys

@@ -25,9 +25,9 @@ import sys
 from importlib.metadata import PackageNotFoundError, version
 
 KNOWN_FAILURES = (
-    # Core decomposition error: PyTorch 2.8-2.12 (Tier 1)
+    # Core decomposition error: PyTorch 2.8-2.12
     "unsupported operand type(s) for *: 'torch.dtype' and 'FakeTensor'",
-    # Inductor lowering error: PyTorch 2.13+ after the core fix (Tier 2)
+    # Inductor lowering error: PyTorch 2.13+ after the core fix
     "tuned_addmm() takes 3 positional arguments but 4 were given",
     # Inductor on the CPU: no out_dtype kernel outside CUDA/XPU
     "out_dtype is only supported for CUDA or XPU",
