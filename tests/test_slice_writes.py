@@ -226,7 +226,7 @@ def into_a_graph_input(grad_input, x, w, chunk):
 
 @pytest.mark.parametrize("chunk", [4, 3])
 def test_writes_into_a_graph_input_go_straight_into_its_slices(chunk):
-    bt = MANY * 4
+    bt = MANY * 8
     x, w, start = torch.randn(bt, H), torch.randn(V, H) / 4, torch.randn(bt, H)
     buf = start.clone()
     compiled = compile_and_run(into_a_graph_input, buf, x, w, chunk)
@@ -242,7 +242,7 @@ def test_writes_into_a_graph_input_go_straight_into_its_slices(chunk):
 
 def test_stock_inductor_copies_a_whole_graph_input():
     """The control: without the pass the input's size is allocated and copied back."""
-    bt = MANY * 4
+    bt = MANY * 8
     x, w, buf = torch.randn(bt, H), torch.randn(V, H), torch.randn(bt, H)
     compiled = compile_and_run(into_a_graph_input, buf, x, w, 4, post_grad_passes=False)
     assert compiled.events("slice_writes") == {} and f"empty_strided_cpu(({bt}, {H})" in compiled.codes[0]

@@ -54,12 +54,14 @@ def supported() -> bool:
 
 
 def _passes_in(value: Any) -> tuple:
-    """The passes a value of the option holds: torch's own reading where it has one
-    (a pass, or a list or tuple of them), else None or one pass."""
+    """The passes a value of the option holds (None, a pass, or a list or tuple of them):
+    torch's own reading where it has one (``get_custom_graph_passes``)."""
     try:
         from torch._inductor.custom_graph_pass import get_custom_graph_passes
-    except ImportError:  # torch before lists of custom passes
-        return () if value is None else (value,)
+    except ImportError:
+        if value is None:
+            return ()
+        return tuple(value) if isinstance(value, (list, tuple)) else (value,)
     return tuple(get_custom_graph_passes(value))
 
 
