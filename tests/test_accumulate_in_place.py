@@ -147,3 +147,11 @@ def test_accumulation_keeps_the_buffer_identity_across_calls():
         fn(grad_weight, grad_logits, x, 8)
     ref = 3 * (grad_logits.double().t() @ x.double())
     assert ((grad_weight.double() - ref).norm() / ref.norm()).item() < 1e-5
+
+
+def test_the_out_variant_probe_finds_what_each_release_can_emit():
+    """Inductor's FallbackKernel runs aten out= ops from torch 2.11 (a behaviour probe
+    lowers addmm.out into a scratch graph; it must not fail silently)."""
+    from packaging.version import Version
+
+    assert fallback_kernel_runs_out_variants() is (Version(torch.__version__).release >= (2, 11))
