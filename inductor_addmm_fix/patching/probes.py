@@ -96,3 +96,17 @@ def inductor_lowering(fn: Callable[..., Any], *shapes: tuple[int, ...]) -> Itera
         with V.set_fake_mode(fake_mode), V.set_graph_handler(graph):
             graph.run(*inputs)
             yield graph
+
+
+def global_names(fn: Any) -> tuple[str, ...]:
+    """The global names ``fn``'s code refers to, nested code (comprehensions, inner
+    functions) included: whether torch calls a function through a module attribute
+    that a patch can replace."""
+    code = getattr(fn, "__code__", None)
+    names: list[str] = []
+    stack = [code] if code is not None else []
+    while stack:
+        current = stack.pop()
+        names += current.co_names
+        stack += [c for c in current.co_consts if hasattr(c, "co_names")]
+    return tuple(names)

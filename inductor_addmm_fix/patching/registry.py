@@ -1,12 +1,14 @@
 """The patch registry: every change this package makes to torch, kept as data.
 
 A :class:`Patch` names one slot inside torch (a dict entry, a dispatcher kernel, a
-Python kernel, a config option) and the object to put there.  :class:`Registry`
-applies a list of patches all-or-nothing under one lock, remembers exactly what each
-slot held before (or that it was absent), and puts those objects back on ``restore``.
+Python kernel, a module or class attribute, a config option) and the object to put
+there.  :class:`Registry` applies a list of patches all-or-nothing under one lock,
+remembers exactly what each slot held before (or that it was absent), and puts those
+objects back on ``restore``.
 
 This module knows the kinds of slot, not the patches: which patches exist, and why,
-is declared by the patch modules (``core/``, ``inductor/``).
+is declared by the patch modules (``core/``, ``inductor/``, ``dynamo/``,
+``triton_kernels/``).
 """
 
 from __future__ import annotations
@@ -159,6 +161,34 @@ class DispatcherKernel(Slot):
 
     def describe(self) -> str:
         return f"dispatcher[aten::{self.qualname}, {self.dispatch_key}]"
+
+
+@dataclasses.dataclass(eq=False)
+class Attribute(Slot):
+    """An attribute as a module or class stores it in its ``__dict__``: a function that
+    torch calls by its global name, a class's staticmethod.  The patch's replacement is
+    a factory: ``replacement(old) -> new`` wraps the object that was there (the raw
+    ``__dict__`` entry, so a staticmethod stays one)."""
+
+    owner: Any
+    attr: str
+    owner_name: str
+
+    def read(self) -> Any:
+        return vars(self.owner).get(self.attr, ABSENT)
+
+    def value_for(self, old: Any, replacement: Any) -> Any:
+        return replacement(old)
+
+    def write(self, value: Any) -> None:
+        if value is ABSENT:
+            if self.attr in vars(self.owner):
+                delattr(self.owner, self.attr)
+        else:
+            setattr(self.owner, self.attr, value)
+
+    def describe(self) -> str:
+        return f"{self.owner_name}.{self.attr}"
 
 
 # ---------------------------------------------------------------- config options
