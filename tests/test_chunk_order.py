@@ -206,3 +206,23 @@ def test_compiled_code_of_a_graph_without_the_pattern_is_unchanged(monkeypatch):
 def _without_ids(codes):
     """Output code less its "# AOT ID: ['<n>_inference']" line (a per-process count)."""
     return [re.sub(r"^# AOT ID: .*$", "", c, count=1, flags=re.M) for c in codes]
+
+
+def test_finding_the_chunks_adds_no_guard_on_symbolic_sizes():
+    """Ranking matmuls by size must not guard on a symbolic size (``int()`` of a SymInt
+    does): a guard there recompiles the loop for every other row count."""
+    from torch._guards import detect_fake_mode
+
+    def loop(x, w, acc):
+        n = x.shape[0] // 4
+        for k in range(4):
+            x_k = x[k * n : (k + 1) * n]
+            acc = torch.addmm(acc, torch.softmax(x_k @ w.t(), -1).t(), x_k)
+        return acc
+
+    graph = make_fx(loop, tracing_mode="symbolic")(torch.randn(4 * CHUNK, H), torch.randn(V, H), torch.zeros(V, H)).graph
+    (chain,) = chunk_order.accumulation_chains(graph)
+    shape_env = detect_fake_mode([n.meta["val"] for n in graph.nodes if "val" in n.meta]).shape_env
+    guards = len(shape_env.guards)
+    assert len(chunk_order.chunk_roots(chain)) == 4
+    assert len(shape_env.guards) == guards

@@ -75,10 +75,17 @@ def _tensor_val(node: fx.Node) -> bool:
 
 
 def _numel(node: fx.Node) -> int:
+    """The node's number of elements, to rank matmuls by size: a symbolic one by its hint
+    (the example's value), which reads no guard.  ``int()`` of a SymInt would guard on it
+    and recompile the graph for every other size.  0 when unknown."""
     try:
-        return int(node.meta["val"].numel())
-    except Exception:  # symbolic sizes: no opinion
+        numel = node.meta["val"].numel()
+    except Exception:
         return 0
+    if isinstance(numel, torch.SymInt):
+        hint = getattr(numel.node, "hint", None)
+        return int(hint) if hint is not None else 0
+    return int(numel)
 
 
 def _closure(start, step) -> set[fx.Node]:
