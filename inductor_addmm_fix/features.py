@@ -1,8 +1,9 @@
 """The features a user can name, and how a selection of them is written.
 
-Each feature is the list of patch modules that make it up, by the layer of torch they
-patch: ``core`` modules apply as soon as torch is imported, ``inductor`` modules once
-``torch._inductor`` is.  Each feature is its own failure domain: if any of its modules
+Each feature is the list of patch modules that make it up, by the stage at which they
+apply: ``core`` modules as soon as torch is imported, ``inductor`` modules once
+``torch._inductor`` is (the first compile: the Dynamo and AOTAutograd patches apply then
+too, before any graph reaches them).  Each feature is its own failure domain: if any of its modules
 cannot plan, apply or pass its self-test on the installed torch, that feature alone
 is rolled back (all its layers) and warned about once.  Machinery that several
 features share (the post-grad pass slot, the cache-key tag) is applied while a
@@ -55,6 +56,18 @@ FEATURE_TABLE = (
     Feature("slice_writes", inductor=("inductor.passes.slice_writes",), machinery=("post_grad_slot", "cache_key")),
     # Chunked accumulation loops keep their chunk order (post-grad pass).
     Feature("chunk_order", inductor=("inductor.passes.chunk_order",), machinery=("post_grad_slot", "cache_key")),
+    # Chunked accumulations update their accumulator once per two chunks (post-grad pass).
+    Feature("accumulate_pairs", inductor=("inductor.passes.accumulate_pairs",), machinery=("post_grad_slot", "cache_key")),
+    # A user Triton kernel writing a view gets a copy of the view, not of its storage.
+    Feature("triton_clones", inductor=("triton_kernels.clones",)),
+    # Float arguments of user Triton kernels are read at run time, not specialized.
+    Feature("triton_float_args", inductor=("triton_kernels.float_args",)),
+    # A float Dynamo specializes in one frame's compile is not specialized in the next frames.
+    Feature("float_specializations", inductor=("dynamo.float_specializations",)),
+    # Dynamo answers the strides of a static-shaped tensor with ints.
+    Feature(
+        "static_strides", inductor=("dynamo.static_strides",), self_tests={"inductor": "dynamo.static_strides:self_test"}
+    ),
 )
 
 #: Shared machinery -> its module, in the order applied (after the features of a stage).

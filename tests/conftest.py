@@ -27,12 +27,16 @@ import inductor_addmm_fix  # noqa: E402  (the import applies the fix)
 
 
 @pytest.fixture(autouse=True)
-def fresh_dynamo():
-    """Each test compiles from scratch, with every feature installed."""
-    inductor_addmm_fix.install()
+def fresh_dynamo(request):
+    """Each test compiles from scratch, with every feature installed, or those its
+    ``@pytest.mark.features(spec)`` selects (a spec as ``install(features=...)`` takes)."""
+    marker = request.node.get_closest_marker("features")
+    inductor_addmm_fix.install(marker.args[0] if marker else None)
     torch._dynamo.reset()
     yield
     torch._dynamo.reset()
+    if marker:
+        inductor_addmm_fix.install()
 
 
 @pytest.fixture(autouse=True)

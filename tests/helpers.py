@@ -65,6 +65,27 @@ def compile_and_run(fn, *args, fullgraph=True, dynamic=False, post_grad_passes=T
     return Compiled(result, codes, dict(counters[COUNTER]), compiled)
 
 
+_ALLOC = re.compile(r"^\s*(buf\d+) = empty_strided_cpu\(\(([^)]*)\), \([^)]*\), (torch\.\w+)\)")
+
+
+def most_alive(code: str, shape: tuple) -> int:
+    """The largest number of ``shape`` buffers allocated at once, replaying the
+    wrapper's ``call()``: allocations, ``del bufN`` and ``bufA = bufB; del bufB  # reuse``."""
+    alive: dict[str, tuple] = {}
+    best = 0
+    for line in code.split("def call(", 1)[1].splitlines():
+        m = _ALLOC.match(line)
+        if m:
+            alive[m.group(1)] = tuple(int(s) for s in m.group(2).split(",") if s.strip())
+        for name in re.findall(r"\bdel (buf\d+)", line):
+            alive.pop(name, None)
+        reuse = re.match(r"^\s*(buf\d+) = (buf\d+); del \2\s*# reuse", line)
+        if reuse and reuse.group(2) in alive:
+            alive[reuse.group(1)] = alive.pop(reuse.group(2))
+        best = max(best, sum(1 for s in alive.values() if s == shape))
+    return best
+
+
 def allocations(code: str, shape: tuple) -> int:
     """How many buffers of ``shape`` the generated code allocates (any device)."""
     return len(re.findall(rf"empty_strided_\w+\({re.escape(str(tuple(shape)))}", code))
@@ -85,9 +106,22 @@ def live_tables() -> dict:
     from torch._inductor.fx_passes.reinplace import inplaceable_ops
     from torch._inductor.lowering import lowerings
 
+    from torch._dynamo import convert_frame
+    from torch._dynamo.variables.tensor import TensorVariable
+    from torch._higher_order_ops import triton_kernel_wrap
+
+    from inductor_addmm_fix.triton_kernels import float_args
+
     from inductor_addmm_fix.inductor.passes.post_grad_slot import PASSES
 
     return {
+        # feature -> (owner, attribute) of the functions and methods it wraps
+        "attributes": {
+            "triton_clones": (triton_kernel_wrap, "clone_preserve_strides"),
+            "triton_float_args": (float_args.tensorify_caller(), "tensorify_python_scalars"),
+            "float_specializations": (convert_frame, "_compile"),
+            "static_strides": (TensorVariable, "specialize"),
+        },
         "decomp": decomposition_table,
         "meta": meta_table,
         "inductor": decompositions,
@@ -125,8 +159,10 @@ def tables_snapshot(tables: dict | None = None) -> dict:
     snap[("reinplace", "lowering", "addmm_")] = _entry(tables["lowering"], aten.addmm_.default)
     for op in (aten.slice.Tensor, aten.select.int):
         snap[("views", "lowering", str(op))] = _entry(tables["lowering"], op)
-    for name in ("slice_writes", "chunk_order"):
+    for name in ("slice_writes", "chunk_order", "accumulate_pairs"):
         snap[(name, "passes", name)] = [id(p) for (_, n), p in tables["passes"].items() if n == name]
+    for feature, (owner, attr) in tables["attributes"].items():
+        snap[(feature, "attribute", attr)] = id(vars(owner).get(attr))
     snap[("shared", "cache_key_tag")] = tables["compiler_config"].cache_key_tag
     snap[("shared", "post_grad_custom_post_pass")] = id(tables["inductor_config"].post_grad_custom_post_pass)
     snap[("shared", "meta_path")] = tuple(type(finder).__qualname__ for finder in sys.meta_path)

@@ -11,6 +11,9 @@ from workloads import accumulate_in_chunks
 
 from inductor_addmm_fix.inductor.reinplace import fallback_kernel_runs_out_variants
 
+# One in-place accumulation per chunk: accumulate_pairs (test_accumulate_pairs.py) off.
+pytestmark = pytest.mark.features("-accumulate_pairs")
+
 V, H, BT, CHUNK = 48, 40, 64, 16
 
 

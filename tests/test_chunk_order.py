@@ -17,13 +17,15 @@ import torch._inductor.compile_fx  # noqa: F401  (the Inductor part applies once
 from torch._dynamo.utils import counters
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from helpers import compile_and_run
-from workloads import BT, CHUNK, CHUNKS, H, V, flce_inputs, flce_like
+from helpers import compile_and_run, most_alive
+from workloads import BT, CHUNK, CHUNKS, H, V, flce_inputs, flce_like, flce_with_a_graph_break
 
 from inductor_addmm_fix.inductor.passes import chunk_order, post_grad_slot
 from inductor_addmm_fix.patching.counters import COUNTER
 
 needs_pass = pytest.mark.skipif(not chunk_order.supported(), reason="no preserve_node_ordering in this torch")
+# The order of single chunks: accumulate_pairs (specified in test_accumulate_pairs.py) off.
+pytestmark = pytest.mark.features("-accumulate_pairs")
 
 
 # ---------------------------------------------------------------- the pass on FX graphs
@@ -104,25 +106,6 @@ def test_the_pass_never_raises(monkeypatch):
 
 
 # ---------------------------------------------------------------- compiled loops
-_ALLOC = re.compile(r"^\s*(buf\d+) = empty_strided_cpu\(\(([^)]*)\), \([^)]*\), (torch\.\w+)\)")
-
-
-def most_alive(code: str, shape: tuple) -> int:
-    """The largest number of ``shape`` buffers allocated at once, replaying the
-    wrapper's ``call()``: allocations, ``del bufN`` and ``bufA = bufB; del bufB  # reuse``."""
-    alive: dict[str, tuple] = {}
-    best = 0
-    for line in code.split("def call(", 1)[1].splitlines():
-        m = _ALLOC.match(line)
-        if m:
-            alive[m.group(1)] = tuple(int(s) for s in m.group(2).split(",") if s.strip())
-        for name in re.findall(r"\bdel (buf\d+)", line):
-            alive.pop(name, None)
-        reuse = re.match(r"^\s*(buf\d+) = (buf\d+); del \2\s*# reuse", line)
-        if reuse and reuse.group(2) in alive:
-            alive[reuse.group(1)] = alive.pop(reuse.group(2))
-        best = max(best, sum(1 for s in alive.values() if s == shape))
-    return best
 
 
 def compile_flce(*args, without_pass=False):
@@ -206,6 +189,7 @@ def test_compiled_code_of_a_graph_without_the_pattern_is_unchanged(monkeypatch):
 def _without_ids(codes):
     """Output code less its "# AOT ID: ['<n>_inference']" line (a per-process count)."""
     return [re.sub(r"^# AOT ID: .*$", "", c, count=1, flags=re.M) for c in codes]
+
 
 
 def test_finding_the_chunks_adds_no_guard_on_symbolic_sizes():

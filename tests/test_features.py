@@ -16,7 +16,9 @@ from helpers import differences, of_feature, tables_snapshot
 from inductor_addmm_fix import features, installer
 from inductor_addmm_fix.activation import startup
 from inductor_addmm_fix.inductor import lowerings, reinplace, views
-from inductor_addmm_fix.inductor.passes import chunk_order, post_grad_slot, slice_writes
+from inductor_addmm_fix.dynamo import float_specializations, static_strides
+from inductor_addmm_fix.inductor.passes import accumulate_pairs, chunk_order, post_grad_slot, slice_writes
+from inductor_addmm_fix.triton_kernels import clones, float_args
 
 ALL = frozenset(features.NAMES)
 #: A feature this torch cannot have is "unavailable", not applied (chunk_order before 2.10).
@@ -80,7 +82,18 @@ def test_a_spec_selects_features(spec, selected, unknown):
 
 
 def test_the_features_are_named_in_the_public_api():
-    assert fix.FEATURES == ("out_dtype", "reinplace", "views", "slice_writes", "chunk_order")
+    assert fix.FEATURES == (
+        "out_dtype",
+        "reinplace",
+        "views",
+        "slice_writes",
+        "chunk_order",
+        "accumulate_pairs",
+        "triton_clones",
+        "triton_float_args",
+        "float_specializations",
+        "static_strides",
+    )
 
 
 # ---------------------------------------------------------------- turning features off
@@ -170,6 +183,11 @@ FAILURES = {
     "views": (views, "self_test"),  # fails after its patches are applied
     "slice_writes": (slice_writes, "plan"),
     "chunk_order": (chunk_order, "plan"),
+    "accumulate_pairs": (accumulate_pairs, "plan"),
+    "triton_clones": (clones, "plan"),
+    "triton_float_args": (float_args, "plan"),
+    "float_specializations": (float_specializations, "plan"),
+    "static_strides": (static_strides, "self_test"),  # fails after its patch is applied
 }
 
 
@@ -202,11 +220,11 @@ def test_a_failure_of_shared_machinery_fails_the_features_that_need_it(stock, mo
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
         status = fix.install()
-    users = {"slice_writes", "chunk_order"} if AVAILABLE["chunk_order"] else {"slice_writes"}
+    users = {"slice_writes", "accumulate_pairs"} | ({"chunk_order"} if AVAILABLE["chunk_order"] else set())
     assert {n for n, s in status.features.items() if s.startswith("failed: ")} == users
     assert all("post_grad_slot" in status.features[n] for n in users)
     assert len(package_warnings(record)) == len(users)
-    assert applied_or_unavailable(status, {"out_dtype", "reinplace", "views"})
+    assert applied_or_unavailable(status, ALL - users)
     assert not post_grad_slot.is_chained_pass(torch._inductor.config.post_grad_custom_post_pass)
     assert "inductor_addmm_fix=" in torch.compiler.config.cache_key_tag  # still there for the others
 

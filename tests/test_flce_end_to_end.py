@@ -16,7 +16,11 @@ from workloads import flce_with_a_graph_break
 from inductor_addmm_fix.inductor.passes import post_grad_slot
 from inductor_addmm_fix.inductor.reinplace import fallback_kernel_runs_out_variants
 
-pytestmark = pytest.mark.skipif(not post_grad_slot.supported(), reason="no post_grad_custom_post_pass in this torch")
+pytestmark = [
+    pytest.mark.skipif(not post_grad_slot.supported(), reason="no post_grad_custom_post_pass in this torch"),
+    # One accumulation per chunk, as eager: accumulate_pairs (test_accumulate_pairs.py) off.
+    pytest.mark.features("-accumulate_pairs"),
+]
 
 BT, H, V, CHUNK = 24, 16, 40, 4  # 6 chunks (each compiles its own kernels)
 

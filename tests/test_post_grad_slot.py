@@ -126,7 +126,7 @@ def test_uuid_is_none_when_a_previous_pass_has_none():
 @needs_pass
 def test_the_passes_run_in_rank_order_and_the_uuid_names_them():
     assert [name for name, _ in slot.active_passes()] == (
-        ["slice_writes", "chunk_order"] if chunk_order.supported() else ["slice_writes"]
+        ["slice_writes", "accumulate_pairs", "chunk_order"] if chunk_order.supported() else ["slice_writes", "accumulate_pairs"]
     )
     chained = slot.make_chained_pass(None)
     assert chained.uuid()[1] == chained.passes == tuple(name for name, _ in slot.active_passes())
@@ -149,7 +149,7 @@ def test_chunk_order_unavailable_without_preserve_node_ordering(monkeypatch):
     status = inductor_addmm_fix.install()
     assert status.features["chunk_order"].startswith("unavailable on this torch") and "2.10+" in status.features["chunk_order"]
     assert status.features["slice_writes"] == "applied"
-    assert [name for name, _ in slot.active_passes()] == ["slice_writes"]
+    assert [name for name, _ in slot.active_passes()] == ["slice_writes", "accumulate_pairs"]
 
 
 def test_unavailable_without_the_config_option(monkeypatch):

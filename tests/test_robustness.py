@@ -69,7 +69,7 @@ def _library_refuses_meta_kernels(monkeypatch):
     monkeypatch.setattr(torch.library.Library, "impl", impl)
 
 
-OUT_DTYPE, REINPLACE, VIEWS = "out_dtype", "reinplace", "views"
+OUT_DTYPE, REINPLACE, VIEWS, STATIC_STRIDES = "out_dtype", "reinplace", "views", "static_strides"
 
 # name -> (what to do to torch (monkeypatch) so that it looks unlike any known release,
 #          the features that need what is broken: they fail, the others apply)
@@ -78,8 +78,8 @@ HOSTILE_TORCH = {
     "register_lowering without lowering_dict": (_register_lowering_without_lowering_dict, {OUT_DTYPE, REINPLACE}),
     "inductor fallback_handler missing": (lambda mp: mp.delattr(L, "fallback_handler"), {OUT_DTYPE, REINPLACE}),
     "inductor decompositions table missing": (lambda mp: mp.delattr(inductor_decomposition, "decompositions"), {OUT_DTYPE}),
-    # make_fx needs them too: the views probe cannot run
-    "core meta_table missing": (lambda mp: mp.delattr(torch._decomp, "meta_table"), {OUT_DTYPE, VIEWS}),
+    # make_fx and FakeTensorMode need it too: the views and static_strides probes cannot run
+    "core meta_table missing": (lambda mp: mp.delattr(torch._decomp, "meta_table"), {OUT_DTYPE, VIEWS, STATIC_STRIDES}),
     "core decomposition_table missing": (lambda mp: mp.delattr(torch._decomp, "decomposition_table"), {OUT_DTYPE, VIEWS}),
     "no out_dtype overloads (torch < 2.8)": (_overloads_without_dtype, {OUT_DTYPE}),
     "Library.impl refuses Meta kernels (fails mid-apply in the core part)": (_library_refuses_meta_kernels, {OUT_DTYPE}),

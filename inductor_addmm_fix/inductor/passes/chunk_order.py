@@ -21,7 +21,8 @@ It acts only on graphs with the chunked-accumulation pattern:
   previous step (the functional form of ``addmm(acc, ..., out=acc)``);
 * for each step, its chunk's *root*: the largest matmul (``mm``/``addmm``, ``.default``
   or ``.dtype``) among the nodes that the step's operands need and no earlier step
-  needed (the chunk's logits ``mm``); the roots must be distinct.
+  needed (the chunk's logits ``mm``); a step that accumulates ``k`` chunks
+  (``accumulate_pairs``) has the ``k`` largest; the roots must be distinct.
 
 Root k+1 then waits for every *sink* of chunk k's work (the nodes that depend on root k
 but not on root k+1, and whose users are outside that work: the accumulation step, the
@@ -52,7 +53,9 @@ aten = torch.ops.aten
 log = logging.getLogger(__name__)
 
 NAME = "chunk_order"  # counted as "chunk_order:<event>" in counters["inductor_addmm_fix"]
-RANK = 20  # after slice_writes: sees the rewritten writes
+RANK = 20  # after slice_writes and accumulate_pairs: sees the rewritten graph
+#: ``node.meta`` key: how many chunks an accumulation step accumulates (default 1).
+CHUNKS_PER_STEP = "inductor_addmm_fix_chunks"
 RETIRED_BY = (
     "none known: functionalized graphs keep no order between chunks that reuse one out= buffer"
 )
@@ -132,13 +135,15 @@ def accumulation_chains(graph: fx.Graph) -> list[list[fx.Node]]:
 
 
 def chunk_roots(chain: list[fx.Node]) -> list[fx.Node] | None:
-    """Each step's root matmul: the largest matmul among the nodes that the step's
-    operands (``args[1:]``) need and no earlier step needed (earliest on ties).  None if
-    a step has none or two steps share one."""
+    """The chunks' root matmuls, in chunk order: for each step, the largest matmul among
+    the nodes that the step's operands (``args[1:]``) need and no earlier step needed
+    (earliest on ties), or the ``k`` largest where the step accumulates ``k`` chunks
+    (``node.meta[CHUNKS_PER_STEP]``, set by ``accumulate_pairs``).  None if a step has
+    none or two steps share one."""
     order = {n: i for i, n in enumerate(chain[0].graph.nodes)}
     matmuls = _matmuls()
     seen: set[fx.Node] = set()
-    roots = []
+    roots: list[fx.Node] = []
     for step in chain:
         needed = _ancestors([a for a in step.args[1:] if isinstance(a, fx.Node)])
         new = needed - seen
@@ -146,7 +151,9 @@ def chunk_roots(chain: list[fx.Node]) -> list[fx.Node] | None:
         own = [n for n in new if n.op == "call_function" and n.target in matmuls and _tensor_val(n)]
         if not own:
             return None
-        roots.append(max(own, key=lambda n: (_numel(n), -order[n])))
+        chunks = step.meta.get(CHUNKS_PER_STEP, 1)
+        largest = sorted(own, key=lambda n: (-_numel(n), order[n]))[:chunks]
+        roots += sorted(largest, key=order.__getitem__)
     if len(set(roots)) != len(roots):
         return None
     return roots

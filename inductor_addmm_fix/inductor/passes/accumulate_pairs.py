@@ -1,0 +1,252 @@
+"""Chunked accumulations update their accumulator once per two chunks (a post-grad pass).
+
+Liger's FusedLinearCrossEntropy accumulates the weight gradient chunk by chunk,
+``addmm(grad_weight, dlogits_k.t(), x_k, out=grad_weight)``.  With an fp32
+``grad_weight`` of ``V x H`` (2 GiB for Llama-3's 128256 x 4096) every chunk reads and
+writes the whole accumulator for a product of only ``K = 256`` rows: cuBLAS runs it
+memory-bound, 1.65 ms a chunk on an H200, where the product alone needs about 0.34 ms.
+Eager calls one chunk at a time; a compiler that sees the loop can do two chunks' products
+in one pass over the accumulator (``K = 512``: 1.64 ms for both, measured in
+``benchmarks/accumulate_k.py``), halving the accumulator traffic.
+
+After functionalization the loop is a chain of ``addmm`` steps, each step's ``self`` the
+previous one.  The pass rewrites each pair of consecutive steps::
+
+    acc_1 = addmm(acc_0, permute(g_1), x_1)          acc_2 = addmm(acc_0,
+    acc_2 = addmm(acc_1, permute(g_2), x_2)    ->        permute(cat([g_1, g_2])),
+                                                         x[a_1:b_2])
+
+where ``x_1``, ``x_2`` are adjacent slices of one tensor (else a ``cat`` too; the
+same for the ``g``s).  The sums
+are the same sums in another order (fp32 accumulation stays fp32; bitwise equality with
+eager does not hold).  It costs one chunk of dlogits more alive (the first of a pair
+waits for the second) and a copy of both into the ``cat`` (0.03 ms a chunk); the
+``chunk_order`` pass, which runs after this one, keeps every chunk's logits matmul in
+order.  A chain of one step, and steps that are not plain ``addmm``/``addmm.dtype``
+(``beta``, ``alpha`` other than 1, other layouts) are left as they are; the pass never
+raises.  Counted in ``torch._dynamo.utils.counters["inductor_addmm_fix"]``:
+``accumulate_pairs:chains``, ``accumulate_pairs:pairs`` and ``accumulate_pairs:error``.
+
+Upstream: none (an optimization across eager calls).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from ...patching.counters import count
+from ...patching.declare import Decision, Unavailable, needed
+from . import post_grad_slot
+from .chunk_order import CHUNKS_PER_STEP
+
+aten = torch.ops.aten
+log = logging.getLogger(__name__)
+
+NAME = "accumulate_pairs"  # counted as "accumulate_pairs:<event>"
+RANK = 15  # after slice_writes, before chunk_order (which orders the chunks of each pair)
+RETIRED_BY = "none: an optimization across eager calls"
+
+
+def _count(what: str, n: int = 1) -> None:
+    count(NAME, what, n)
+
+
+def _steps() -> tuple:
+    return (aten.addmm.default, aten.addmm.dtype)
+
+
+def _val(node: Any) -> Any:
+    return node.meta.get("val") if isinstance(node, fx.Node) else None
+
+
+def _same(a, b) -> bool:
+    """Sizes (or strides) known equal without a guard: comparing symbolic sizes with
+    ``==`` would guard on the answer and recompile the graph for other sizes."""
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+    return len(a) == len(b) and all(statically_known_true(x == y) for x, y in zip(a, b))
+
+
+def _plain_step(node: fx.Node) -> bool:
+    """An ``addmm``/``addmm.dtype`` with ``beta = alpha = 1`` and 2-D operands."""
+    if node.op != "call_function" or node.target not in _steps():
+        return False
+    if any(node.kwargs.get(k, 1) != 1 for k in ("beta", "alpha")) or set(node.kwargs) - {"beta", "alpha"}:
+        return False
+    args = node.args
+    if len(args) != (4 if node.target is aten.addmm.dtype else 3):
+        return False
+    mat1, mat2 = args[1], args[2]
+    return all(isinstance(_val(m), torch.Tensor) and _val(m).dim() == 2 for m in (mat1, mat2))
+
+
+def _transposed(node: Any) -> fx.Node | None:
+    """``g`` when ``node`` is ``permute(g, [1, 0])`` (or ``t(g)``/``transpose(g, 0, 1)``)."""
+    if not isinstance(node, fx.Node) or node.op != "call_function":
+        return None
+    if node.target is aten.permute.default and list(node.args[1]) == [1, 0]:
+        return node.args[0]
+    if node.target is aten.t.default:
+        return node.args[0]
+    if node.target is aten.transpose.int and sorted(node.args[1:3]) in ([0, 1], [-2, -1], [-1, 0], [0, -1]):
+        return node.args[0]
+    return None
+
+
+def chains(graph: fx.Graph) -> list[list[fx.Node]]:
+    """Chains of >= 2 plain steps, each step's ``self`` the previous one and that step's
+    only user."""
+    found = []
+    for node in graph.nodes:
+        if not _plain_step(node):
+            continue
+        prev = node.args[0]
+        if isinstance(prev, fx.Node) and _plain_step(prev) and len(prev.users) == 1 and prev.target is node.target:
+            continue  # not the first step
+        chain = [node]
+        while len(chain[-1].users) == 1:
+            (nxt,) = chain[-1].users
+            if not (_plain_step(nxt) and nxt.target is node.target and nxt.args[0] is chain[-1] and nxt.args[3:] == node.args[3:]):
+                break
+            chain.append(nxt)
+        if len(chain) >= 2:
+            found.append(chain)
+    return found
+
+
+def _adjacent_slices(pieces: list[Any]) -> tuple | None:
+    """(base, start, end) when the pieces are ``slice(base, 0, a_i, b_i)`` with
+    ``b_i == a_{i+1}`` (step 1), else None."""
+    ranges = []
+    for p in pieces:
+        if not (isinstance(p, fx.Node) and p.op == "call_function" and p.target is aten.slice.Tensor):
+            return None
+        args = list(p.args) + [None] * (5 - len(p.args))
+        base, dim, start, end, step = args[:5]
+        if dim != 0 or step not in (None, 1) or type(start) is not int or type(end) is not int:
+            return None
+        ranges.append((base, start, end))
+    base = ranges[0][0]
+    if any(r[0] is not base for r in ranges) or any(a[2] != b[1] for a, b in zip(ranges, ranges[1:])):
+        return None
+    return base, ranges[0][1], ranges[-1][2]
+
+
+def _rows(graph: fx.Graph, pieces: list[fx.Node], mode: Any) -> fx.Node:
+    """The pieces stacked by rows: one slice where they are adjacent slices of one
+    tensor (no copy), else a ``cat``."""
+    adjacent = _adjacent_slices(pieces)
+    if adjacent is not None:
+        base, start, end = adjacent
+        node = graph.call_function(aten.slice.Tensor, (base, 0, start, end))
+        with mode:
+            node.meta["val"] = aten.slice.Tensor(_val(base), 0, start, end)
+        return node
+    node = graph.call_function(aten.cat.default, (list(pieces), 0))
+    with mode:
+        node.meta["val"] = aten.cat.default([_val(p) for p in pieces], 0)
+    return node
+
+
+class _FakeValues:
+    """Where the new nodes' values are computed: the graph's fake mode, with guards
+    suppressed (the values only describe the nodes; a guard here would be one more
+    reason to recompile).  Enter it as often as needed."""
+
+    def __init__(self, *nodes: fx.Node):
+        from torch._guards import detect_fake_mode
+
+        self.mode = detect_fake_mode([_val(n) for n in nodes])
+        self._stack: list[contextlib.ExitStack] = []
+
+    def __enter__(self):
+        stack = contextlib.ExitStack()
+        if self.mode is not None:
+            stack.enter_context(self.mode)
+            if self.mode.shape_env is not None:
+                stack.enter_context(self.mode.shape_env.suppress_guards())
+        self._stack.append(stack)
+        return self
+
+    def __exit__(self, *exc):
+        return self._stack.pop().__exit__(*exc)
+
+
+def _merge(graph: fx.Graph, first: fx.Node, second: fx.Node) -> fx.Node | None:
+    """One step for ``first`` and ``second`` (``second.args[0] is first``), or None."""
+    g = [_transposed(s.args[1]) for s in (first, second)]
+    x = [s.args[2] for s in (first, second)]
+    if any(p is None or _val(p) is None for p in g):
+        return None
+    gv, xv = [_val(p) for p in g], [_val(p) for p in x]
+    if not (_same(gv[0].shape[1:], gv[1].shape[1:]) and _same(xv[0].shape[1:], xv[1].shape[1:])):
+        return None
+    if gv[0].dtype != gv[1].dtype or xv[0].dtype != xv[1].dtype:
+        return None
+    mode = _FakeValues(first, second)
+    with graph.inserting_before(second):
+        g_cat = _rows(graph, g, mode)
+        g_t = graph.call_function(aten.permute.default, (g_cat, [1, 0]))
+        x_cat = _rows(graph, x, mode)
+        merged = graph.call_function(second.target, (first.args[0], g_t, x_cat, *second.args[3:]))
+        with mode:
+            g_t.meta["val"] = aten.permute.default(g_cat.meta["val"], [1, 0])
+            merged.meta["val"] = second.target(_val(first.args[0]), g_t.meta["val"], x_cat.meta["val"], *second.args[3:])
+    want, got = _val(second), merged.meta["val"]
+    if not (_same(got.shape, want.shape) and _same(got.stride(), want.stride()) and got.dtype == want.dtype):
+        for n in (merged, x_cat, g_t, g_cat):
+            if not n.users:
+                graph.erase_node(n)
+        return None
+    for key, value in second.meta.items():
+        if key != "val":
+            merged.meta.setdefault(key, value)
+    merged.meta[CHUNKS_PER_STEP] = first.meta.get(CHUNKS_PER_STEP, 1) + second.meta.get(CHUNKS_PER_STEP, 1)
+    second.replace_all_uses_with(merged)
+    graph.erase_node(second)
+    graph.erase_node(first)
+    return merged
+
+
+def accumulate_in_pairs(graph: fx.Graph) -> int:
+    """Merge each pair of consecutive steps of every accumulation chain.  Returns the
+    number of pairs merged (0: graph untouched).  Never raises."""
+    try:
+        found = chains(graph)
+    except Exception as error:  # an unexpected graph: leave it as it is
+        _count("error")
+        log.warning("accumulate_pairs: graph left as it was (%s: %s)", type(error).__name__, error)
+        return 0
+    merged = 0
+    for chain in found:
+        done = 0
+        for first, second in zip(chain[0::2], chain[1::2]):
+            try:
+                if _merge(graph, first, second) is not None:
+                    done += 1
+            except Exception as error:  # pragma: no cover - torch internals changed
+                _count("error")
+                log.warning("accumulate_pairs: pair left as it was (%s: %s)", type(error).__name__, error)
+        if done:
+            _count("chains")
+            _count("pairs", done)
+            merged += done
+    return merged
+
+
+def plan() -> list[Decision]:
+    """Run :func:`accumulate_in_pairs` in the post-grad slot."""
+    if not post_grad_slot.supported():
+        raise Unavailable("no post_grad_custom_post_pass / CustomGraphPass in this torch")
+    reason = (
+        "a chunked accumulation reads and writes its whole accumulator once per chunk "
+        "(memory-bound: 1.65 ms a chunk for Liger FLCE's fp32 gradient on an H200); "
+        "two chunks' products per pass halve that traffic"
+    )
+    patch = post_grad_slot.register(RANK, NAME, accumulate_in_pairs)
+    return [needed(patch.name, reason, [patch], probe=post_grad_slot.supported, obsolete_when=RETIRED_BY)]

@@ -1,0 +1,130 @@
+"""A chunked accumulation (FLCE's ``addmm(acc, g_k.t(), x_k, out=acc)``) updates its
+accumulator once per two chunks: one ``addmm`` over both chunks' rows, the same sums in
+another order (fp32 stays fp32), and every chunk's logits matmul still in chunk order."""
+
+import pytest
+import torch
+import torch.fx as fx
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from helpers import compile_and_run, most_alive
+from workloads import CHUNKS, accumulate_in_chunks, flce_inputs, flce_like
+
+from inductor_addmm_fix.inductor.passes import accumulate_pairs, chunk_order
+
+aten = torch.ops.aten
+V, H, BT, CHUNK = 48, 40, 96, 16  # 6 chunks: 3 pairs
+
+
+def graph_of(fn, *args) -> fx.Graph:
+    """``fn``'s aten graph (functional ``addmm``, as after AOTAutograd), its values fake
+    tensors of one mode as in Inductor's post-grad graphs."""
+    return make_fx(fn, tracing_mode="fake")(*args).graph
+
+
+def accumulations(graph: fx.Graph) -> list[fx.Node]:
+    return [n for n in graph.nodes if n.op == "call_function" and n.target in (aten.addmm.default, aten.addmm.dtype)]
+
+
+def functional_chain(acc, g, x):
+    """The functional form of ``accumulate_in_chunks``: each step's ``self`` the previous step."""
+    for start in range(0, g.shape[0], CHUNK):
+        acc = torch.addmm(acc, g[start : start + CHUNK].t(), x[start : start + CHUNK])
+    return acc
+
+
+@pytest.mark.parametrize("chunks", [2, 5, 6])
+def test_consecutive_steps_are_merged_in_pairs(chunks):
+    acc, g, x = torch.randn(V, H), torch.randn(chunks * CHUNK, V), torch.randn(chunks * CHUNK, H)
+    graph = graph_of(functional_chain, acc, g, x)
+    assert accumulate_pairs.accumulate_in_pairs(graph) == chunks // 2
+    steps = accumulations(graph)
+    assert len(steps) == chunks - chunks // 2  # an odd last chunk stays a step of its own
+    assert [s.meta[chunk_order.CHUNKS_PER_STEP] for s in steps[: chunks // 2]] == [2] * (chunks // 2)
+    # Adjacent row slices of one tensor are taken as one slice: no copy of g or x.
+    assert not [n for n in graph.nodes if n.target is aten.cat.default]
+    graph.lint()
+
+
+def test_the_merged_chain_computes_the_same_sums():
+    acc, g, x = torch.randn(V, H, dtype=torch.float64), torch.randn(BT, V, dtype=torch.float64), torch.randn(BT, H, dtype=torch.float64)
+    module = make_fx(functional_chain, tracing_mode="fake")(acc, g, x)
+    assert accumulate_pairs.accumulate_in_pairs(module.graph) == BT // CHUNK // 2
+    module.recompile()
+    torch.testing.assert_close(module(acc, g, x), functional_chain(acc, g, x), rtol=1e-12, atol=1e-12)
+
+
+def test_pieces_that_are_not_adjacent_slices_are_concatenated():
+    def chain(acc, g1, g2, x):
+        acc = torch.addmm(acc, g1.t(), x[:CHUNK])
+        return torch.addmm(acc, g2.t(), x[CHUNK : 2 * CHUNK])
+
+    graph = graph_of(chain, torch.randn(V, H), torch.randn(CHUNK, V), torch.randn(CHUNK, V), torch.randn(2 * CHUNK, H))
+    assert accumulate_pairs.accumulate_in_pairs(graph) == 1
+    (cat,) = [n for n in graph.nodes if n.target is aten.cat.default]  # the two g's; x stays a slice
+    assert [a.name for a in cat.args[0]] == ["g1_1", "g2_1"]
+
+
+def test_steps_with_beta_or_alpha_are_left_alone():
+    def chain(acc, g, x):
+        acc = torch.addmm(acc, g[:CHUNK].t(), x[:CHUNK], beta=0.5)
+        return torch.addmm(acc, g[CHUNK:].t(), x[CHUNK:], alpha=2.0)
+
+    graph = graph_of(chain, torch.randn(V, H), torch.randn(2 * CHUNK, V), torch.randn(2 * CHUNK, H))
+    assert accumulate_pairs.accumulate_in_pairs(graph) == 0
+    assert len(accumulations(graph)) == 2
+
+
+@pytest.mark.parametrize("out_dtype", [None, torch.float32], ids=["same dtype", "out_dtype fp32"])
+def test_compiled_accumulation_in_pairs_matches_float64(out_dtype):
+    dtype = torch.float32 if out_dtype is None else torch.bfloat16
+    g, x = torch.randn(BT, V, dtype=dtype), torch.randn(BT, H, dtype=dtype)
+    start = torch.randn(V, H)
+    kwargs = {} if out_dtype is None else {"out_dtype": out_dtype}
+    compiled = compile_and_run(lambda b, g, x: accumulate_in_chunks(b, g, x, CHUNK, **kwargs), start.clone(), g, x)
+    assert compiled.events(accumulate_pairs.NAME) == {"chains": 1, "pairs": BT // CHUNK // 2}
+    reference = start.double() + g.double().t() @ x.double()
+    assert compiled.result.dtype == torch.float32
+    err = ((compiled.result.double() - reference).norm() / reference.norm()).item()
+    assert err < 1e-6
+
+
+def test_flce_loop_in_pairs_keeps_every_chunks_logits_matmul_in_order():
+    x, w, onehot = flce_inputs(torch.bfloat16)
+    compiled = compile_and_run(lambda x, w, y: flce_like(x, w, y, out_dtype=torch.float32), x, w, onehot)
+    assert compiled.events(accumulate_pairs.NAME)["pairs"] == CHUNKS // 2
+    if chunk_order.supported():
+        assert compiled.events(chunk_order.NAME)["chunks"] == CHUNKS  # a root per chunk, not per step
+    for got, want in zip(compiled.result, flce_like(x.double(), w.double(), onehot.double(), out_dtype=None)):
+        torch.testing.assert_close(got.double(), want, rtol=2e-2, atol=2e-2)  # bf16 operands
+
+
+def test_flce_loop_in_pairs_holds_at_most_three_chunks_of_logits():
+    """A pair's first chunk of dlogits waits for the second, plus their ``cat``: one or two
+    chunks more than chunk by chunk, never the whole logits matrix."""
+    if not chunk_order.supported():
+        pytest.skip("no preserve_node_ordering in this torch: chunks are not ordered")
+    x, w, onehot = flce_inputs(torch.bfloat16)
+    compiled = compile_and_run(lambda x, w, y: flce_like(x, w, y, out_dtype=torch.float32), x, w, onehot, no_grad=True)
+    (code,) = compiled.codes
+    from workloads import CHUNK as FLCE_CHUNK, V as FLCE_V
+
+    assert most_alive(code, (FLCE_CHUNK, FLCE_V)) <= 3 < CHUNKS
+
+
+def test_merging_adds_no_guard_on_symbolic_sizes():
+    """Shapes are compared without guards: a guard would recompile the loop for every
+    other row count."""
+    from torch._guards import detect_fake_mode
+
+    def chain(acc, g, x):
+        n = g.shape[0] // 4
+        for k in range(4):
+            acc = torch.addmm(acc, g[k * n : (k + 1) * n].t(), x[k * n : (k + 1) * n])
+        return acc
+
+    graph = make_fx(chain, tracing_mode="symbolic")(torch.randn(V, H), torch.randn(4 * CHUNK, V), torch.randn(4 * CHUNK, H)).graph
+    shape_env = detect_fake_mode([n.meta["val"] for n in graph.nodes if "val" in n.meta]).shape_env
+    guards = len(shape_env.guards)
+    assert accumulate_pairs.accumulate_in_pairs(graph) == 2
+    assert len(shape_env.guards) == guards
