@@ -66,18 +66,21 @@ def timed_interleaved(fns: dict, *, warmup: int, reps: int, sync_each: bool = Tr
     return {label: (statistics.median(s.elapsed_time(e) for s, e in events[label]), peaks[label]) for label in fns}
 
 
-def flce_rows(bt: int, h: int, v: int, dtype, warmup: int, reps: int, suffix: str = ""):
+def flce_rows(bt: int, h: int, v: int, dtype, warmup: int, reps: int, suffix: str = "", mode=None, accums=(torch.float32, None)):
     rows = []
-    for accum in (torch.float32, None):
-        rows.append(flce_row(bt, h, v, dtype, accum, warmup, reps, suffix))
+    for accum in accums:
+        rows.append(flce_row(bt, h, v, dtype, accum, warmup, reps, suffix, mode))
+        print("# row:", json.dumps(rows[-1]), flush=True)  # as it completes: a run cut short keeps it
         torch.cuda.empty_cache()  # the row's tensors died with its frame
     return rows
 
 
-def flce_case(bt: int, h: int, v: int, dtype, accum):
+def flce_case(bt: int, h: int, v: int, dtype, accum, mode=None):
     """Fresh random inputs of a Liger FLCE step and what runs on them: ({"eager": loss_fn,
     "compiled": compiled loss_fn}, step(fn) -> a callable running one forward+backward,
-    clear() -> drops .grad, run(fn) -> (loss, grad_x, grad_w) of one step)."""
+    clear() -> drops .grad, run(fn) -> (loss, grad_x, grad_w) of one step, and the
+    inputs (x, w, t)).  ``mode``: torch.compile's mode ("reduce-overhead": CUDA graphs,
+    each step marked as a new one)."""
     from liger_kernel.transformers.functional import liger_fused_linear_cross_entropy
 
     x = torch.randn(bt, h, device="cuda", dtype=dtype, requires_grad=True)
@@ -87,19 +90,56 @@ def flce_case(bt: int, h: int, v: int, dtype, accum):
     def loss_fn(x, w, t):
         return liger_fused_linear_cross_entropy(x, w, t, accum_dtype=accum)
 
+    compiled = torch.compile(loss_fn, mode=mode)
+    graphs = mode in ("reduce-overhead", "max-autotune")
+
     def clear():
         x.grad = w.grad = None
 
     def step(fn):
-        return lambda: fn(x, w, t).backward()
+        def one_step():
+            if graphs and fn is compiled:
+                torch.compiler.cudagraph_mark_step_begin()
+            fn(x, w, t).backward()
+
+        return one_step
 
     def run(fn):
         clear()
+        if graphs and fn is compiled:
+            torch.compiler.cudagraph_mark_step_begin()
         loss = fn(x, w, t)
         loss.backward()
-        return loss.detach().clone(), x.grad.clone(), w.grad.clone()
+        return loss.detach().clone(), x.grad.clone(), w.grad.clone()  # clones: graph memory is reused
 
-    return {"eager": loss_fn, "compiled": torch.compile(loss_fn)}, step, clear, run
+    return {"eager": loss_fn, "compiled": compiled}, step, clear, run, (x, w, t)
+
+
+def float64_reference(x, w, t, rows: int = 1024):
+    """(loss, grad_x, grad_w) of mean cross entropy over ``x @ w.t()``, in float64, chunk
+    by chunk (every target is a class: no ignore_index in these inputs)."""
+    x64, w64 = x.detach().double(), w.detach().double()
+    n = t.numel()
+    loss = torch.zeros((), dtype=torch.float64, device=x.device)
+    grad_x, grad_w = torch.empty_like(x64), torch.zeros_like(w64)
+    for start in range(0, n, rows):
+        xs, ts = x64[start : start + rows], t[start : start + rows]
+        logits = xs @ w64.t()
+        loss += (logits.logsumexp(-1) - logits.gather(1, ts[:, None])[:, 0]).sum()
+        g = torch.softmax(logits, -1)
+        g[torch.arange(ts.numel(), device=ts.device), ts] -= 1
+        g /= n
+        grad_x[start : start + rows] = g @ w64
+        grad_w += g.t() @ xs
+        del logits, g
+    return loss / n, grad_x, grad_w
+
+
+def relative_errors(got, want) -> dict:
+    """||got - want|| / ||want|| of (loss, grad_x, grad_w)."""
+    return {
+        name: ((a.double() - b).norm() / b.norm()).item() for name, a, b in zip(("loss", "grad_x", "grad_w"), got, want)
+    }
 
 
 def versus(eager: tuple[float, float], compiled: tuple[float, float]) -> dict:
@@ -114,9 +154,10 @@ def versus(eager: tuple[float, float], compiled: tuple[float, float]) -> dict:
     )
 
 
-def flce_row(bt: int, h: int, v: int, dtype, accum, warmup: int, reps: int, suffix: str) -> dict:
-    """Eager vs compiled Liger FLCE step on fresh random inputs: time, memory, equality."""
-    fns, step, clear, run = flce_case(bt, h, v, dtype, accum)
+def flce_row(bt: int, h: int, v: int, dtype, accum, warmup: int, reps: int, suffix: str, mode=None) -> dict:
+    """Eager vs compiled Liger FLCE step on fresh random inputs: time, memory, equality,
+    and each one's error against float64."""
+    fns, step, clear, run, inputs = flce_case(bt, h, v, dtype, accum, mode)
     results = timed_interleaved({k: step(f) for k, f in fns.items()}, warmup=warmup, reps=reps, setup=clear)
     for label, fn in fns.items():
         for again in ("_out", "_again"):
@@ -128,14 +169,19 @@ def flce_row(bt: int, h: int, v: int, dtype, accum, warmup: int, reps: int, suff
         name: (a.double() - b.double()).abs().max().item()
         for name, a, b in zip(("loss", "grad_x", "grad_w"), results["eager_out"], results["compiled_out"])
     }
+    reference = float64_reference(*inputs)
+    errors = {label: relative_errors(results[label + "_out"], reference) for label in fns}
+    del reference
     me = results["eager"][1]
     return dict(
-        case=f"FLCE step, accum_dtype={'fp32' if accum else 'None'}, BT={bt}{suffix}",
+        case=f"FLCE step, accum_dtype={'fp32' if accum else 'None'}, BT={bt}{suffix}" + (f", mode={mode}" if mode else ""),
         **versus(results["eager"], results["compiled"]),
         memory_target_gib=(me + max(0.05 * me, 64 * 1024**2)) / GiB,
         bitwise_equal=same,
         eager_repeatable=eager_repeatable,
         max_abs_diff=diffs,
+        eager_error_vs_float64=errors["eager"],
+        compiled_error_vs_float64=errors["compiled"],
     )
 
 
@@ -186,12 +232,17 @@ def main(argv=None) -> int:
     p.add_argument("--skip-flce", action="store_true")
     p.add_argument("--capture-scalars", action="store_true", help="torch._dynamo.config.capture_scalar_outputs=True")
     p.add_argument(
+        "--cudagraphs",
+        action="store_true",
+        help="also run the fp32 FLCE row compiled with mode='reduce-overhead' (CUDA graphs) at the first --bt",
+    )
+    p.add_argument(
         "--without",
         action="append",
         default=[],
         metavar="FEATURE",
         help="also run the FLCE rows with this feature of the package turned off (repeatable; "
-        "out_dtype, reinplace, views, slice_writes, chunk_order)",
+        "a name of inductor_addmm_fix.FEATURES, e.g. accumulate_pairs)",
     )
     p.add_argument("--json")
     args = p.parse_args(argv)
@@ -212,6 +263,9 @@ def main(argv=None) -> int:
     if not args.skip_flce:
         for bt in args.bt:
             rows += flce_rows(bt, args.h, args.v, torch.bfloat16, args.warmup, args.reps)
+            torch._dynamo.reset()
+        if args.cudagraphs:
+            rows += flce_rows(args.bt[0], args.h, args.v, torch.bfloat16, args.warmup, args.reps, mode="reduce-overhead", accums=(torch.float32,))
             torch._dynamo.reset()
         for name in args.without:
             # The public switch: the feature is rolled back, the others stay.
@@ -239,6 +293,12 @@ def main(argv=None) -> int:
     for r in rows:
         if not r["bitwise_equal"] and "max_abs_diff" in r:
             print(f"# {r['case']}: eager repeatable {r['eager_repeatable']}, max |compiled - eager| {r['max_abs_diff']}")
+    print("| case | eager error vs float64 (loss, grad_x, grad_w) | compiled error vs float64 |")
+    print("|---|---|---|")
+    for r in rows:
+        if "eager_error_vs_float64" in r:
+            e, c = r["eager_error_vs_float64"], r["compiled_error_vs_float64"]
+            print(f"| {r['case']} | {e['loss']:.1e}, {e['grad_x']:.1e}, {e['grad_w']:.1e} | {c['loss']:.1e}, {c['grad_x']:.1e}, {c['grad_w']:.1e} |")
     print(f"# memory-bound floor of one chunk: {chunk['floor_ms']:.2f} ms (copy at {chunk['copy_tb_per_s']:.2f} TB/s)")
     print(
         f"# one chunk, synchronized after each call (host overhead included): eager {chunk['eager_sync_ms']:.2f} ms, "

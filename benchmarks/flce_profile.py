@@ -138,7 +138,7 @@ def main(argv=None) -> int:
     report = []
     for accum in accums:
         label = "fp32" if accum else "None"
-        fns, step_of, clear, _ = flce_case(args.bt, args.h, args.v, torch.bfloat16, accum)
+        fns, step_of, clear, _, _ = flce_case(args.bt, args.h, args.v, torch.bfloat16, accum)
         steps = {mode: step_of(fn) for mode, fn in fns.items()}
         for _ in range(3):
             for step in steps.values():

@@ -57,7 +57,7 @@ def addmm_scenario(device: str):
 
     compiled = torch.compile(accumulate, backend="inductor", fullgraph=True)(start.clone(), g, x)
     if device == "cuda":
-        return compiled, accumulate(start.clone(), g, x), True  # eager cuBLAS, bit for bit
+        return compiled, accumulate(start.clone(), g, x), True  # eager cuBLAS
     return compiled, start.double() + g.double().t() @ x.double(), False
 
 
@@ -146,8 +146,11 @@ def main(argv=None) -> int:
         print(f"Result:  WRONG — compiled result has dtype {compiled.dtype}, expected torch.float32")
         return 1
     if exact:
-        same = torch.equal(compiled, reference)
-        detail = "bit for bit equal to eager" if same else f"max |diff| vs eager {(compiled - reference).abs().max().item():.3g}"
+        # Bit for bit, or the same fp32 sums in another order (the package's accumulate_pairs
+        # feature adds two chunks' products per pass): within fp32 rounding of eager.
+        rel = ((compiled.double() - reference.double()).norm() / reference.double().norm()).item()
+        same = rel <= 1e-6
+        detail = "bit for bit equal to eager" if torch.equal(compiled, reference) else f"within {rel:.1e} of eager (fp32 sums in another order)"
     else:
         err = ((compiled.double() - reference).norm() / reference.norm()).item()
         same = err < 1e-5

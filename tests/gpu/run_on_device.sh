@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
 # Runs the GPU checks on the device machine (H200, torch 2.11) in one call and
 # writes logs and a summary under $OUT.  Usage (from the repo root):
-#   bash tests/gpu/run_on_device.sh [family] [errors] [repro] [liger085] [jsdkl085] [weights085] [modes085] [liger081] [name='shell command'...]
-# The device allows 600 s a call: pick steps that fit.
+#   bash tests/gpu/run_on_device.sh [family] [errors] [repro] [liger085] [jsdkl085] [weights085] [modes085] [liger081]
+#                                   [loop] [ligersuite] [name='shell command'...]
+# The device allows 600 s a call: pick steps that fit.  Steps of one call may run side by
+# side with OUT=<a folder of their own> each (the summary is per OUT).
+#   loop        tests/gpu/test_liger_training_loop.py over 6 workers (pytest-xdist); one JSON
+#               line per case in $OUT/loop.jsonl (python scripts/loop_table.py renders it)
+#   ligersuite  Liger 0.8.5's own FLCE test file (from .whl/liger_kernel-0.8.5.tar.gz) with
+#               one compiled FLCE Function per worker (tests/gpu/liger_compiled_plugin.py)
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-cache
@@ -29,6 +35,11 @@ for what in "$@"; do
       step repro-addmm-with 300 python3 repro/flce_addmm_out_dtype.py --no-liger
       PYTHONPATH="$PYTHONPATH:/tmp/site-0.8.5" step repro-liger-without 300 python3 repro/flce_addmm_out_dtype.py --without-plugin
       PYTHONPATH="$PYTHONPATH:/tmp/site-0.8.5" step repro-liger-with 300 python3 repro/flce_addmm_out_dtype.py ;;
+    loop) install_liger 0.8.5
+      LOOP_RESULTS="$OUT/loop.jsonl" PYTHONPATH="$PYTHONPATH:/tmp/site-0.8.5" step loop 560 python3 -m pytest -q -p no:cacheprovider -n 6 -rfE tests/gpu/test_liger_training_loop.py --tb=short ;;
+    ligersuite) install_liger 0.8.5
+      rm -rf /tmp/liger-src && mkdir -p /tmp/liger-src && tar xzf .whl/liger_kernel-0.8.5.tar.gz -C /tmp/liger-src --strip-components=1
+      (cd /tmp/liger-src && PYTHONPATH="$OLDPWD:$OLDPWD/tests/gpu:/tmp/site-0.8.5:/tmp/liger-src" step ligersuite 560 python3 -m pytest -q -p no:cacheprovider -n 4 -p liger_compiled_plugin -rfE --timeout 200 test/transformers/test_fused_linear_cross_entropy.py --tb=short) ;;
     errors) step error-parity 150 python3 -m pytest -q -s -p no:cacheprovider -rA tests/gpu/test_error_parity_cuda.py --tb=short ;;
     liger085) install_liger 0.8.5
       PYTHONPATH="$PYTHONPATH:/tmp/site-0.8.5" step liger-0.8.5 420 python3 -m pytest -q -s -p no:cacheprovider -rA tests/gpu/test_liger_flce.py -m "not class_weights" -k "not compile_modes" --tb=short ;;

@@ -85,13 +85,15 @@ def run(case: Case, fn, tensors, compiled=False):
     if compiled and case.mode in CUDA_GRAPH_MODES:
         torch.compiler.cudagraph_mark_step_begin()  # one training step per call, as documented
     ctx = torch.autocast("cuda", dtype=case.autocast) if case.autocast else torch.autocast("cuda", enabled=False)
+    # Clones: under CUDA graphs the outputs live in the graph's memory, which the next
+    # replay overwrites (torch's documented contract: clone what outlives the step).
     if case.no_grad:
         with torch.no_grad(), ctx:
-            return [fn(x, w, target, bias).detach()]
+            return [fn(x, w, target, bias).detach().clone()]
     with ctx:
         loss = fn(x, w, target, bias)
     loss.backward()
-    return [loss.detach()] + [t.grad for t in (x, w, bias) if t is not None]
+    return [loss.detach().clone()] + [t.grad.clone() for t in (x, w, bias) if t is not None]
 
 
 NAMES = ["loss", "grad_x", "grad_w", "grad_bias"]
@@ -154,13 +156,16 @@ class CountReachingInductor(CustomGraphPass):
 
 
 def lowered_by_plugin() -> collections.Counter:
-    """The plugin's lowering counts by op ("addmm.dtype": n); the mm a product
-    lowering runs inside an addmm lowering is not counted again."""
+    """The plugin's lowering counts by op ("addmm.dtype": n), in nodes that reached
+    Inductor: the mm a product lowering runs inside an addmm lowering is not counted
+    again, and a step that accumulates a pair of chunks (accumulate_pairs, which runs
+    after the count of what reached Inductor) stands for the two nodes it replaced."""
     by_op = collections.Counter()
     for key, n in counters[COUNTER].items():
         by_op[key.split(":")[0]] += n
     if by_op["addmm.dtype"]:
         by_op["mm.dtype"] -= counters[COUNTER]["addmm.dtype:product_then_epilogue"]
+        by_op["addmm.dtype"] += counters[COUNTER]["accumulate_pairs:pairs"]
     return by_op
 
 
