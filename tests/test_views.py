@@ -1,5 +1,5 @@
 """as_strided of a slice of an unrealized buffer reads the buffer's real storage, as
-in eager, instead of past the end of a copy (docs/as-strided-of-a-slice.md)."""
+in eager, instead of past the end of a copy (docs/upstream/as-strided-of-a-slice.md)."""
 
 import pytest
 import torch

@@ -23,7 +23,7 @@ there (see ``_feeds_as_strided_with_a_fixed_offset``).
 
 Upstream: pytorch/pytorch#161115; PR #184050 fixed the Triton-clone half and was
 reverted.  Retire this patch when that lands.  The bug report:
-docs/as-strided-of-a-slice.md.
+docs/upstream/as-strided-of-a-slice.md.
 """
 
 from __future__ import annotations
