@@ -115,3 +115,16 @@ def test_status_command_in_process(capsys):
     assert cli.main([]) == 0
     out = capsys.readouterr().out
     assert "installed: yes" in out and "routes:" in out and "INDUCTOR_ADDMM_FIX:" in out
+
+
+@pytest.mark.parametrize("name", ["entry_point", "from_pth"])
+def test_the_start_up_names_of_0_1_0_still_load(name):
+    """Stale metadata (an old egg-info or .pth) may name ``inductor_addmm_fix._startup``:
+    torch raises from ``import torch`` if that entry point cannot be loaded."""
+    from importlib.metadata import EntryPoint
+
+    loaded = EntryPoint(name="inductor_addmm_fix", value=f"inductor_addmm_fix._startup:{name}",
+                        group="torch.backends").load()
+    assert loaded is getattr(startup, name)
+    loaded()  # installed already (conftest): idempotent, no warning
+    assert fix.is_installed()
