@@ -1,6 +1,6 @@
 """In-process checks of the activation pieces: the environment variable, the .pth
-line, the post-import hook, the start-up route, the command line (the routes
-themselves, in fresh interpreters, are in test_activation.py)."""
+line, the post-import hook, the start-up route, warnings (the routes themselves, in
+fresh interpreters, are in test_activation.py; the command line in test_cli.py)."""
 
 import ast
 import re
@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import inductor_addmm_fix as fix
-from inductor_addmm_fix import cli, features
+from inductor_addmm_fix import features
 from inductor_addmm_fix.activation import env, startup
 from inductor_addmm_fix.cli import check
 from inductor_addmm_fix.patching import import_hooks
@@ -107,18 +107,6 @@ def test_error_summary_keeps_the_cause_of_a_subprocess_error():
         "RuntimeError: SubprocException: An exception occurred in a subprocess: "
         "LoweringException: TypeError: tuned_addmm() takes 3"
     )
-
-
-def test_check_without_the_device_asked_for_cannot_run(monkeypatch, capsys):
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert cli.main(["check", "--device", "cuda"]) == check.CANNOT_RUN
-    assert "could not run" in capsys.readouterr().out
-
-
-def test_status_command_in_process(capsys):
-    assert cli.main([]) == 0
-    out = capsys.readouterr().out
-    assert "installed: yes" in out and "routes:" in out and "INDUCTOR_ADDMM_FIX:" in out
 
 
 @pytest.mark.parametrize("name", ["entry_point", "from_pth"])
