@@ -9,6 +9,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from packaging.version import Version
+
+import inductor_addmm_fix as fix
 
 ROOT = Path(__file__).resolve().parents[1]
 USER_DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -34,6 +37,31 @@ def test_readme_says_how_to_install_verify_turn_off_and_remove_before_any_intern
     for needle in ("not on PyPI", "pip install /path/to/", "python -m inductor_addmm_fix check",
                    "INDUCTOR_ADDMM_FIX=0", "pip uninstall inductor-addmm-fix", "Eager mode on the CPU has no kernel"):
         assert needle in first_screen, needle
+
+
+def _sections(changelog: str) -> list[tuple[str, str]]:
+    """(heading, body) of each ``## [...]`` section."""
+    parts = re.split(r"^## \[([^\]]+)\][^\n]*\n", changelog, flags=re.M)
+    return list(zip(parts[1::2], parts[2::2]))
+
+
+def test_the_version_is_the_last_release_or_a_dev_version_after_it():
+    """README, "Versions": each CHANGELOG section is a release and ``__version__`` names
+    it; between releases the version is the next one with ``.devN``."""
+    changelog = (ROOT / "CHANGELOG.md").read_text()
+    sections = _sections(changelog)
+    assert sections[0][0] == "Unreleased"
+    releases = re.findall(r"^## \[(\d+\.\d+\.\d+)\] - (\d{4}-\d{2}-\d{2})$", changelog, re.M)
+    assert [name for name, _ in sections[1:]] == [version for version, _ in releases]  # every other one dated
+    latest = Version(releases[0][0])
+    assert [Version(v) for v, _ in releases] == sorted((Version(v) for v, _ in releases), reverse=True)
+    version = Version(fix.__version__)
+    unreleased = sections[0][1].strip()
+    if version.is_devrelease:
+        assert version.release > latest.release
+    else:
+        assert version == latest, f"__version__ {version} is not the last release {latest}"
+        assert not unreleased, "changes after the release: make __version__ the next .dev0 version"
 
 
 def test_the_license_ships_with_the_package():
