@@ -3,4 +3,4 @@
 The version of the last CHANGELOG release on the commit that cuts it, then the next
 release's with ``.devN`` until the next one (README, "Versions"; tests/test_docs.py)."""
 
-__version__ = "0.2.0"
+__version__ = "0.3.0.dev0"
