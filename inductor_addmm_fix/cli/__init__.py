@@ -102,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "check":
             return check.main(args.device, as_json=args.json)
         return status.run(args.json, verbose=args.verbose)
-    except BrokenPipeError:  # `... | head`: the reader left, nothing to report
-        sys.stderr = None
+    except BrokenPipeError:  # `... | head`: the reader left; nothing to report, nothing to flush
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
