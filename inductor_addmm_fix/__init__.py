@@ -37,7 +37,24 @@ def install(features=None) -> "Status":
 
         warn_if_subprocess_compile_uncovered(installer.warn_once)
     selected_by = "install()" if features is None else f"install(features={features!r})"
+    if features is not None:
+        features = _known(features, selected_by)
     return installer.install(features, activation="install()", selected_by=selected_by)
+
+
+def _known(features, selected_by: str):
+    """``features`` as given, or without its unknown words, warned about once at the
+    caller's line (the installer's own warning would point into this package)."""
+    from .activation.startup import warn_unknown
+    from .features import NAMES, parse
+
+    if not isinstance(features, str):
+        features = list(features)
+    selected, unknown = parse(features)
+    if not unknown:
+        return features
+    warn_unknown(selected_by, unknown, selected, stacklevel=3)
+    return [name for name in NAMES if name in selected]
 
 
 def uninstall() -> "Status":
@@ -90,4 +107,7 @@ try:
 except Exception as _error:  # pragma: no cover - never break the importing program
     import warnings
 
-    warnings.warn(f"inductor_addmm_fix: not activated ({type(_error).__name__}: {_error})", RuntimeWarning)
+    try:
+        warnings.warn(f"inductor_addmm_fix: not activated ({type(_error).__name__}: {_error})", RuntimeWarning)
+    except Exception:  # -W error: the import must still not fail
+        pass

@@ -63,7 +63,10 @@ def warn_once(key: str, message: str) -> None:
     log.warning("%s", message)
     if key not in _warned:
         _warned.add(key)
-        warnings.warn(message, RuntimeWarning, stacklevel=3)
+        try:
+            warnings.warn(message, RuntimeWarning, stacklevel=3)
+        except Exception:  # -W error made it an exception: install() never raises; one line instead
+            print(f"{message} [RuntimeWarning, not raised]", file=sys.stderr)
 
 
 def is_wanted() -> bool:

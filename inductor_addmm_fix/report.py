@@ -36,7 +36,8 @@ class Status:
     def __str__(self) -> str:
         lines = [
             f"inductor_addmm_fix {self.package_version} on torch {self.torch_version}",
-            f"installed: {'yes' if self.installed else 'no'}"
+            # The words of ``python -m inductor_addmm_fix`` (``cli.status``).
+            ("fix active" if self.installed else "fix NOT active")
             + (f" (activated by {self.activation})" if self.activation else ""),
         ]
         lines += [f"  {feature:<13} {state}" for feature, state in self.features.items()]

@@ -1,3 +1,6 @@
-"""The package version (read by setuptools and by the cache-key tag)."""
+"""The package version (read by setuptools and by the cache-key tag).
 
-__version__ = "0.1.0"
+The version of the last CHANGELOG release on the commit that cuts it, then the next
+release's with ``.devN`` until the next one (README, "Versions"; tests/test_docs.py)."""
+
+__version__ = "0.3.0.dev0"

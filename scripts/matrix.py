@@ -7,8 +7,8 @@
     python scripts/matrix.py --clean              # delete each venv after its run
     python scripts/matrix.py 2.8 2.15 -- -m "not subprocess"   # pytest options after --
 
-Torch comes from a local wheel (``--wheels``, default /work/wheels or $MATRIX_WHEELS)
-when one matches the release, else from pip's configured index (``torch==X``; the
+Torch comes from a local wheel (``--wheels DIR`` or $MATRIX_WHEELS, no default) when
+one there matches the release, else from pip's configured index (``torch==X``; the
 2.13.0 CPU wheel is found there).  PyPI's Linux wheels are CUDA builds: ``import
 torch`` needs the CUDA libraries they link against even on a machine without a GPU.
 Those libraries (the wheel's own ``nvidia-*``/``cuda-toolkit`` requirements, without
@@ -73,7 +73,9 @@ def run(cmd: list) -> None:
 
 
 # ------------------------------------------------------------------ wheels
-def find_wheel(wheels: Path, version: str) -> Path | None:
+def find_wheel(wheels: Path | None, version: str) -> Path | None:
+    if wheels is None:
+        return None
     tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
     for path in sorted(wheels.glob(f"torch-{version}*-{tag}-*.whl")):
         # torch-2.10.0-3-cp311-...: a build tag may follow the version
@@ -143,7 +145,7 @@ class Plan:
     cuda: str | None
 
 
-def make_plans(releases: list[str], wheels: Path) -> list[Plan]:
+def make_plans(releases: list[str], wheels: Path | None) -> list[Plan]:
     plans = []
     for release in releases:
         version = RELEASES[release]
@@ -248,7 +250,9 @@ def table(results: list[Result]) -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("releases", nargs="*", default=list(RELEASES), help="e.g. 2.8 2.13 (default: all)")
-    parser.add_argument("--wheels", type=Path, default=Path(os.environ.get("MATRIX_WHEELS", "/work/wheels")))
+    wheels = os.environ.get("MATRIX_WHEELS")
+    parser.add_argument("--wheels", type=Path, default=Path(wheels) if wheels else None,
+                        help="a folder of torch wheels to prefer over pip's index (default: $MATRIX_WHEELS)")
     parser.add_argument("--venvs", type=Path, default=Path(os.environ.get("MATRIX_VENVS", ROOT / ".matrix")))
     parser.add_argument("--python", default=sys.executable, help="interpreter for the venvs (3.11)")
     parser.add_argument("--fuzz-examples", type=int, default=None, help=f"sets ${FUZZ_ENV}")

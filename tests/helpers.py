@@ -105,6 +105,7 @@ def live_tables() -> dict:
     from torch._inductor.decomposition import decompositions
     from torch._inductor.fx_passes.reinplace import inplaceable_ops
     from torch._inductor.lowering import lowerings
+    from torch._subclasses.fake_impls import op_implementations_dict
 
     from torch._dynamo import convert_frame
     from torch._dynamo.variables.tensor import TensorVariable
@@ -128,6 +129,7 @@ def live_tables() -> dict:
         "lowering": lowerings,
         "inplaceable": inplaceable_ops,
         "impls": torch.library._impls,
+        "fake_impls": op_implementations_dict,
         "compiler_config": torch.compiler.config,
         "inductor_config": inductor_config,
         "passes": PASSES,
@@ -147,7 +149,7 @@ def tables_snapshot(tables: dict | None = None) -> dict:
     aten = torch.ops.aten
     snap = {}
     for op in family_ops():
-        for label in ("decomp", "meta", "inductor", "lowering"):
+        for label in ("decomp", "meta", "inductor", "lowering", "fake_impls"):
             snap[("out_dtype", label, str(op))] = _entry(tables[label], op)
         kernel = op.py_kernels.get(torch._C.DispatchKey.Meta)
         snap[("out_dtype", "py_kernels", str(op))] = None if kernel is None else id(kernel)

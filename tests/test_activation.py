@@ -10,6 +10,7 @@ slow (``pytest -m slow``); the in-process pieces are in test_startup.py.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -23,7 +24,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from inductor_addmm_fix.features import NAMES
 from inductor_addmm_fix.inductor.passes import chunk_order
+from inductor_addmm_fix.version import __version__
 
 pytestmark = [pytest.mark.subprocess, pytest.mark.slow]
 
@@ -153,6 +156,9 @@ def test_wheel_ships_the_pth_at_the_top_and_declares_the_entry_point(wheel):
         text = archive.read(entry_points).decode()
     assert "[torch.backends]" in text
     assert "inductor_addmm_fix = inductor_addmm_fix.activation.startup:entry_point" in text
+    (license_file,) = [n for n in names if n.endswith(".dist-info/licenses/LICENSE")]
+    with zipfile.ZipFile(wheel) as archive:
+        assert archive.read(license_file).decode() == (ROOT / "LICENSE").read_text()
 
 
 # ------------------------------------------------------------------ the routes
@@ -392,6 +398,70 @@ def test_pth_line_checks_the_env_var_before_importing_anything(venv, tmp_path, v
     assert result.stdout.strip() == str(imported)
 
 
+# ------------------------------------------------------------------ warnings as errors
+@pytest.mark.parametrize("autoload", ["1", "0"])
+@pytest.mark.parametrize("flag", ["error", "error::RuntimeWarning"])
+def test_warnings_as_errors_never_break_start_up_or_import_torch(venv, flag, autoload):
+    """A failure is one warning, never an error, also under ``python -W error``: a warning
+    turned into an exception is one line on stderr (never torch's "Failed to load the
+    backend extension" and a 45-line traceback); a clean start stays silent."""
+    assert venv.run("-W", flag, "-c", "pass").stderr == ""
+    clean = venv.run("-W", flag, "-c", "import torch, inductor_addmm_fix as f; print(f.is_installed())",
+                     TORCH_DEVICE_BACKEND_AUTOLOAD=autoload)
+    assert clean.stdout.strip() == "True" and clean.stderr == ""
+    maybe = venv.run("-W", flag, "-c", "import torch, inductor_addmm_fix as f; print(f.is_installed())",
+                     TORCH_DEVICE_BACKEND_AUTOLOAD=autoload, INDUCTOR_ADDMM_FIX="maybe")
+    assert maybe.stdout.strip() == "True"
+    assert maybe.stderr.splitlines() == [
+        "inductor_addmm_fix: INDUCTOR_ADDMM_FIX=maybe: ignoring 'maybe', not a feature "
+        f"({', '.join(NAMES)}) nor on/off (1, 0); applying every feature [RuntimeWarning, not raised]"
+    ]
+
+
+def test_unknown_env_value_warns_once_pointing_at_the_variable(venv):
+    result = venv.run("-c", "import torch, torch._inductor.compile_fx", INDUCTOR_ADDMM_FIX="maybe,-views")
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("<environment variable INDUCTOR_ADDMM_FIX>:1: RuntimeWarning: inductor_addmm_fix: "
+                           "INDUCTOR_ADDMM_FIX=maybe,-views: ignoring 'maybe'")
+    assert line.endswith("; applying " + ", ".join(f for f in NAMES if f != "views"))
+
+
+def test_a_failure_under_warnings_as_errors_is_one_line(venv, tmp_path):
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text(FAKE_TORCH)
+    result = venv.run("-W", "error", "-c", "import torch; print(torch.__version__)", PYTHONPATH=str(tmp_path))
+    assert result.stdout.strip() == "2.99.0+fake"
+    (line,) = result.stderr.splitlines()
+    assert "torch was left as it was" in line and line.endswith("[RuntimeWarning, not raised]")
+
+    broken = tmp_path / "broken"
+    (broken / "inductor_addmm_fix").mkdir(parents=True)
+    (broken / "inductor_addmm_fix" / "__init__.py").write_text("raise RuntimeError('half-uninstalled')\n")
+    result = venv.run("-W", "error", "-c", "print('ok')", PYTHONPATH=str(broken))
+    assert result.stdout.strip() == "ok" and result.stderr == ""  # the .pth line: silent then
+
+
+# ------------------------------------------------------------------ stale metadata
+STALE_ENTRY_POINTS = "[torch.backends]\ninductor_addmm_fix = inductor_addmm_fix._startup:entry_point\n"
+
+
+def test_stale_metadata_naming_the_0_1_0_start_up_module_does_not_break_import_torch(venv, tmp_path):
+    """An ``inductor_addmm_fix.egg-info`` of 0.1.0 left in a source tree on ``sys.path``
+    (here the current folder) shadows the installed metadata and names the old module;
+    torch raises from ``import torch`` when an entry point cannot be loaded."""
+    egg_info = tmp_path / "inductor_addmm_fix.egg-info"
+    egg_info.mkdir()
+    (egg_info / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: inductor-addmm-fix\nVersion: 0.1.0\n")
+    (egg_info / "entry_points.txt").write_text(STALE_ENTRY_POINTS)
+    here = dataclasses.replace(venv, workdir=tmp_path)
+    code = ("import torch, json, importlib.metadata as m, inductor_addmm_fix as f; "
+            "print(json.dumps([[e.value for e in m.entry_points(group='torch.backends')], f.status().activation]))")
+    result = here.run("-c", code)
+    entry_points, activation = json.loads(result.stdout)
+    assert entry_points == ["inductor_addmm_fix._startup:entry_point"]  # the stale one is what torch loads
+    assert activation == "entry-point" and result.stderr == ""
+
+
 # ------------------------------------------------------------------ the command line
 def test_status_command_reports_route_and_patches(venv):
     report = json.loads(venv.run("-m", "inductor_addmm_fix", "status", "--json").stdout)
@@ -402,7 +472,12 @@ def test_status_command_reports_route_and_patches(venv):
     assert report["routes"]["fresh interpreters"].startswith("covered")
 
     text = venv.run("-m", "inductor_addmm_fix", expect_rc=1, INDUCTOR_ADDMM_FIX="0").stdout
-    assert "installed: no" in text and "INDUCTOR_ADDMM_FIX:" in text
+    assert "fix NOT active: turned off by INDUCTOR_ADDMM_FIX=0" in text
+    assert "fresh interpreters: off too" in text and "covered" not in text
+    text = venv.run("-m", "inductor_addmm_fix", "-v").stdout
+    assert "fix active (activated by entry-point)" in text
+    assert f".pth start-up line:         {venv.site_packages / PTH}" in text
+    assert "fresh interpreters:         covered (torch.backends entry point, .pth start-up line)" in text
 
 
 def test_check_command_exit_codes(venv, tmp_path):
@@ -410,7 +485,11 @@ def test_check_command_exit_codes(venv, tmp_path):
     assert "FIXED" in fixed and "addmm.dtype:product_then_epilogue" in fixed
 
     broken = venv.run("-m", "inductor_addmm_fix", "check", expect_rc=1, INDUCTOR_ADDMM_FIX="0").stdout
-    assert "BROKEN" in broken and "fix NOT active" in broken
+    assert "BROKEN" in broken and "fix NOT active: turned off by INDUCTOR_ADDMM_FIX=0" in broken
+    usage = venv.run("-m", "inductor_addmm_fix", "chekc", expect_rc=64)
+    assert usage.stdout == "" and "invalid choice: 'chekc'" in usage.stderr
+    version = venv.run("-m", "inductor_addmm_fix", "--version").stdout
+    assert version.strip() == f"inductor_addmm_fix {__version__}"  # an installed wheel: no git revision
 
     (tmp_path / "torch").mkdir()
     (tmp_path / "torch" / "__init__.py").write_text("raise ImportError('simulated: no torch here')\n")

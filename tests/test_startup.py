@@ -1,6 +1,6 @@
 """In-process checks of the activation pieces: the environment variable, the .pth
-line, the post-import hook, the start-up route, the command line (the routes
-themselves, in fresh interpreters, are in test_activation.py)."""
+line, the post-import hook, the start-up route, warnings (the routes themselves, in
+fresh interpreters, are in test_activation.py; the command line in test_cli.py)."""
 
 import ast
 import re
@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import inductor_addmm_fix as fix
-from inductor_addmm_fix import cli, features
+from inductor_addmm_fix import features
 from inductor_addmm_fix.activation import env, startup
 from inductor_addmm_fix.cli import check
 from inductor_addmm_fix.patching import import_hooks
@@ -41,6 +41,7 @@ def test_unknown_env_value_warns_once_and_keeps_every_feature(monkeypatch):
 
     fix.uninstall()
     monkeypatch.setattr(installer, "_warned", set())
+    monkeypatch.setattr(startup, "_warned_values", set())
     monkeypatch.setenv(env.VARIABLE, "maybe")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -48,6 +49,9 @@ def test_unknown_env_value_warns_once_and_keeps_every_feature(monkeypatch):
         fix.uninstall()
         startup.activate(startup.ENTRY_POINT)
     assert len(caught) == 1 and "ignoring 'maybe'" in str(caught[0].message)
+    # It points at the variable, not at this package's code.
+    assert caught[0].filename == env.WHERE and caught[0].category is RuntimeWarning
+    assert "INDUCTOR_ADDMM_FIX=maybe" in str(caught[0].message)
     states = fix.status().features.values()
     assert all(s in ("applied", "waiting for torch._inductor to be imported") or s.startswith("unavailable") for s in states)
 
@@ -105,13 +109,61 @@ def test_error_summary_keeps_the_cause_of_a_subprocess_error():
     )
 
 
-def test_check_without_the_device_asked_for_cannot_run(monkeypatch, capsys):
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert cli.main(["check", "--device", "cuda"]) == check.CANNOT_RUN
-    assert "could not run" in capsys.readouterr().out
+@pytest.mark.parametrize("name", ["entry_point", "from_pth"])
+def test_the_start_up_names_of_0_1_0_still_load(name):
+    """Stale metadata (an old egg-info or .pth) may name ``inductor_addmm_fix._startup``:
+    torch raises from ``import torch`` if that entry point cannot be loaded."""
+    from importlib.metadata import EntryPoint
+
+    loaded = EntryPoint(name="inductor_addmm_fix", value=f"inductor_addmm_fix._startup:{name}",
+                        group="torch.backends").load()
+    assert loaded is getattr(startup, name)
+    loaded()  # installed already (conftest): idempotent, no warning
+    assert fix.is_installed()
 
 
-def test_status_command_in_process(capsys):
-    assert cli.main([]) == 0
-    out = capsys.readouterr().out
-    assert "installed: yes" in out and "routes:" in out and "INDUCTOR_ADDMM_FIX:" in out
+def test_install_with_an_unknown_name_warns_at_the_callers_line(monkeypatch):
+    monkeypatch.setattr(startup, "_warned_values", set())
+    with pytest.warns(RuntimeWarning, match="ignoring 'maybe'") as caught:
+        fix.install(features="maybe,-views")
+    assert caught[0].filename == __file__
+    assert fix.status().features["views"].startswith("off")
+    assert fix.status().features["out_dtype"] == "applied"
+
+
+def test_warnings_turned_into_errors_never_escape_the_activation(monkeypatch, capsys):
+    """Under ``python -W error`` a failure is still one line, never an exception:
+    raising here would break ``import torch`` (its entry point) or start-up (the .pth)."""
+    from inductor_addmm_fix import installer
+
+    def boom(route):
+        raise RuntimeError("simulated")
+
+    monkeypatch.delenv(env.VARIABLE, raising=False)
+    monkeypatch.setattr(startup, "_install", boom)
+    monkeypatch.setattr(startup, "_warned", False)
+    monkeypatch.setattr(installer, "_warned", set())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        startup.activate(startup.ENTRY_POINT)
+        startup.activate(startup.PTH)
+        installer.warn_once("test", "inductor_addmm_fix: simulated failure")
+        startup.warn("inductor_addmm_fix: simulated", filename=env.WHERE)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [
+        "inductor_addmm_fix: not activated by entry-point (RuntimeError: simulated) [RuntimeWarning, not raised]",
+        "inductor_addmm_fix: simulated failure [RuntimeWarning, not raised]",
+        "inductor_addmm_fix: simulated [RuntimeWarning, not raised]",
+    ]
+
+
+def test_unknown_env_value_under_warnings_as_errors_still_activates(monkeypatch, capsys):
+    fix.uninstall()
+    monkeypatch.setattr(startup, "_warned_values", set())
+    monkeypatch.setenv(env.VARIABLE, "maybe,-views")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        startup.activate(startup.ENTRY_POINT)
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "ignoring 'maybe'" in err
+    assert fix.is_installed() and fix.status().features["views"] == "off (INDUCTOR_ADDMM_FIX=maybe,-views)"

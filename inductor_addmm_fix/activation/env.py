@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import os
 
-from ..features import OFF
+from ..features import NAMES, OFF
 
 VARIABLE = "INDUCTOR_ADDMM_FIX"
+#: Where a warning about the variable's value points (the ``filename`` of the warning).
+WHERE = f"<environment variable {VARIABLE}>"
 
 
 def value(environ=None) -> str:
@@ -28,3 +30,13 @@ def selected_by(environ=None) -> str:
     """How status() names this selection: ``INDUCTOR_ADDMM_FIX=<value>`` (or unset)."""
     current = (os.environ if environ is None else environ).get(VARIABLE)
     return f"{VARIABLE} unset" if current is None else f"{VARIABLE}={current}"
+
+
+def unknown_words_message(source: str, unknown, selected) -> str:
+    """The warning for words of a selection that are neither a feature nor on/off."""
+    applied = [n for n in NAMES if n in selected]
+    effect = "every feature" if len(applied) == len(NAMES) else ", ".join(applied) or "no feature"
+    return (
+        f"inductor_addmm_fix: {source}: ignoring {', '.join(map(repr, unknown))}, not a feature "
+        f"({', '.join(NAMES)}) nor on/off (1, 0); applying {effect}"
+    )

@@ -25,6 +25,7 @@ PTH = ".pth"
 _waiting: str | None = None  # the route that waits for torch to be imported
 _hooked = False  # a post-import hook on torch is registered
 _warned = False
+_warned_values: set = set()  # selections (INDUCTOR_ADDMM_FIX=..., install(...)) with unknown words warned about
 
 
 def entry_point() -> None:
@@ -102,7 +103,53 @@ def _install(route: str) -> None:
         from .routes import warn_if_subprocess_compile_uncovered
 
         warn_if_subprocess_compile_uncovered(installer.warn_once)
-    installer.install(env.value(), activation=route, selected_by=env.selected_by())
+    installer.install(_selection(env.value()), activation=route, selected_by=env.selected_by())
+
+
+def _selection(value: str):
+    """The variable's value, or, if it has unknown words, the names it selects: those
+    words are warned about here, once per value, pointing at the variable (not at this
+    code, which the installer's own warning would name)."""
+    from ..features import NAMES, parse
+    from . import env
+
+    selected, unknown = parse(value)
+    if not unknown:
+        return value
+    warn_unknown(env.selected_by(), unknown, selected, filename=env.WHERE)
+    return [name for name in NAMES if name in selected]
+
+
+def warn_unknown(selected_by: str, unknown, selected, **where) -> None:
+    """Once per process and selection: words that are neither a feature nor on/off are
+    ignored (``where``: as for :func:`warn`, counted from the caller of this function)."""
+    from . import env
+
+    if selected_by in _warned_values:
+        return
+    _warned_values.add(selected_by)
+    if "stacklevel" in where:
+        where["stacklevel"] += 1
+    warn(env.unknown_words_message(selected_by, unknown, selected), **where)
+
+
+def warn(message: str, *, filename: str | None = None, lineno: int = 1, stacklevel: int = 1) -> None:
+    """A RuntimeWarning that never raises.  Where warning filters make it an exception
+    (``python -W error``), start-up and ``import torch`` must still go on: the message
+    goes to stderr as one line instead.  ``filename``/``lineno`` (``warn_explicit``) say
+    where it points; else ``stacklevel`` counts as for ``warnings.warn`` from the caller."""
+    import warnings
+
+    try:
+        if filename is None:
+            warnings.warn(message, RuntimeWarning, stacklevel=stacklevel + 1)
+        else:
+            warnings.warn_explicit(message, RuntimeWarning, filename, lineno, module="inductor_addmm_fix")
+    except Exception:
+        try:
+            sys.stderr.write(f"{message} [RuntimeWarning, not raised]\n")
+        except Exception:
+            pass
 
 
 def _warn(route: str, error: BaseException) -> None:
@@ -117,6 +164,4 @@ def _warn(route: str, error: BaseException) -> None:
 
         warn_once("startup", message)
     except Exception:
-        import warnings
-
-        warnings.warn(message, RuntimeWarning, stacklevel=2)
+        warn(message)

@@ -1,12 +1,18 @@
-"""``python -m inductor_addmm_fix [status|check]``.
+"""``python -m inductor_addmm_fix [status|check] [-v] [--json]``; ``--version``.
 
-status (the default, ``cli.status``): torch version, each feature and patch and whether
-it applied, how the package was activated, and which routes fresh interpreters would
-take.  Exit 0 when the package is active, 1 when it is not, 2 when torch cannot be
-imported.
+status (the default, ``cli.status``): whether the fix is active in this Python and why,
+one line per feature; ``-v`` adds each patch and why, and every activation route.
 
-check (``cli.check``): compile a tiny ``addmm(out_dtype=)`` graph.  Exit 0 FIXED,
-1 BROKEN, 2 could not run.
+check (``cli.check``): compile a tiny ``addmm(out_dtype=)`` graph here and now.
+
+``-v`` and ``--json`` go before or after the command (``-v``: status gives each patch and
+why, every route; check logs what the package does on stderr; ``-vv``: status logs too).  Exit codes (``EXIT_CODES``):
+
+  0   status: the fix is active          check: FIXED
+  1   status: the fix is not active      check: BROKEN
+  2   could not run (no torch; for check also a torch before 2.8, a missing device,
+      or an Inductor that cannot compile a plain matmul)
+  64  usage error: an unknown command or option (EX_USAGE of sysexits.h)
 """
 
 from __future__ import annotations
@@ -16,30 +22,88 @@ import sys
 
 from . import check, status
 
+USAGE_ERROR = 64
+EXIT_CODES = """exit codes:
+  0   status: the fix is active          check: FIXED
+  1   status: the fix is not active      check: BROKEN
+  2   could not run (no torch; check: a torch before 2.8, the device asked for is
+      missing, or Inductor cannot compile a plain matmul here)
+  64  usage error (an unknown command or option)"""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with usage errors on exit code 64: argparse's own 2 is "could not run" here."""
+
+    def error(self, message):
+        self.print_usage(sys.stderr)
+        self.exit(USAGE_ERROR, f"{self.prog}: error: {message}\n")
+
+
+class _Version(argparse.Action):
+    """``--version``: the package version, and the git revision when run from a checkout
+    (computed only when asked)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest, nargs=0, default=default, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from .revision import package_version
+
+        print(f"inductor_addmm_fix {package_version()}")
+        parser.exit(0)
+
+
+def _common_options(parser: argparse.ArgumentParser, default) -> None:
+    # Given to the main parser (default False) and to each command (default SUPPRESS,
+    # so that an option given before the command is not reset by the command's parser).
+    parser.add_argument("-v", "--verbose", action="count", default=default,
+                        help="status: each patch and why, every route (-vv: also the package's log "
+                        "on stderr); check: the package's log on stderr")
+    parser.add_argument("--json", action="store_true", default=default, help="machine-readable output")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="python -m inductor_addmm_fix",
+        description="Status and self-check of inductor_addmm_fix (matmuls with out_dtype= under\n"
+        "torch.compile). Without a command: status.",
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action=_Version, help="print the package version (and git revision) and exit")
+    _common_options(parser, 0)
+    commands = parser.add_subparsers(dest="command", metavar="{status,check}")
+    status_parser = commands.add_parser(
+        "status", help="is the fix active here, feature by feature (default)",
+        epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _common_options(status_parser, argparse.SUPPRESS)
+    check_parser = commands.add_parser(
+        "check", help="compile a tiny addmm(out_dtype=) graph: FIXED or the error",
+        epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    check_parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
+                              help="where to compile (auto: CUDA if available, else the CPU)")
+    _common_options(check_parser, argparse.SUPPRESS)
+    return parser
+
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m inductor_addmm_fix",
-        description="Status and self-check of inductor_addmm_fix.",
-        epilog="Exit codes: status 0 active, 1 not active, 2 no torch; check 0 FIXED, 1 BROKEN, 2 could not run.",
-    )
-    parser.add_argument("-v", "--verbose", action="store_true", help="show the package's log on stderr")
-    commands = parser.add_subparsers(dest="command")
-    status_parser = commands.add_parser("status", help="what is applied and how it was activated (default)")
-    status_parser.add_argument("--json", action="store_true", help="machine-readable output")
-    check_parser = commands.add_parser("check", help="compile a tiny addmm(out_dtype=) graph: FIXED or the error")
-    check_parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
-    args = parser.parse_args(argv)
-
-    if args.verbose:
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as exit:  # --help, --version (0) or a usage error (64)
+        return exit.code if isinstance(exit.code, int) else USAGE_ERROR
+    if args.verbose >= (1 if args.command == "check" else 2):
         import logging
 
         logging.basicConfig(stream=sys.stderr, format="%(name)s: %(message)s")
         logging.getLogger("inductor_addmm_fix").setLevel(logging.DEBUG)
-    if args.command == "check":
-        try:
-            return check.run(args.device)
-        except Exception as error:  # the check itself failed, not the fix
-            print(f"could not run: the check failed ({type(error).__name__}: {error})")
-            return check.CANNOT_RUN
-    return status.run(getattr(args, "json", False))
+    try:
+        if args.command == "check":
+            return check.main(args.device, as_json=args.json)
+        return status.run(args.json, verbose=args.verbose)
+    except BrokenPipeError:  # `... | head`: the reader left; nothing to report, nothing to flush
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0

@@ -10,9 +10,10 @@ missing, or Inductor cannot compile even a plain matmul here).
 from __future__ import annotations
 
 import contextlib
-import os
+import json
 
 FIXED, BROKEN, CANNOT_RUN = 0, 1, 2
+RESULTS = {FIXED: "FIXED", BROKEN: "BROKEN", CANNOT_RUN: "could not run"}
 
 LOWERING_KEY = "addmm.dtype:product_then_epilogue"
 LOWERING_PATCH = "inductor.lowering.addmm.dtype"
@@ -59,6 +60,20 @@ def _subprocess_compile() -> bool:
     return getattr(mode, "name", "") == "SUBPROCESS"
 
 
+def main(device: str = "auto", as_json: bool = False) -> int:
+    """The command: run the check, print its lines (or one JSON object), return the exit code."""
+    lines: list[str] = []
+    say = lines.append if as_json else print
+    try:
+        code = run(device, say)
+    except Exception as error:  # the check itself failed, not the fix
+        say(f"could not run: the check failed ({type(error).__name__}: {error})")
+        code = CANNOT_RUN
+    if as_json:
+        print(json.dumps({"result": RESULTS[code], "exit_code": code, "lines": lines}, indent=2))
+    return code
+
+
 def run(device: str = "auto", say=print) -> int:
     """Run the check, report through ``say``, return the exit code."""
     try:
@@ -78,20 +93,21 @@ def run(device: str = "auto", say=print) -> int:
     import inductor_addmm_fix as fix
     from torch._dynamo.utils import counters
 
-    from ..activation.env import VARIABLE
     from ..patching.counters import COUNTER
 
+    from .revision import package_version
+    from .status import headline
+
     state = fix.status()
-    active = f"active (activated by {state.activation})" if state.installed else "NOT active"
-    if not state.installed and os.environ.get(VARIABLE):
-        active += f" ({VARIABLE}={os.environ[VARIABLE]})"
+    active = headline(state)
     out_dtype = state.features.get("out_dtype", "not installed")
     out_dtype_on = out_dtype in ("applied", "not needed on this torch", "waiting for torch._inductor to be imported")
     if state.installed and not out_dtype_on:
         active += f", but its out_dtype feature is {out_dtype}"
-    say(f"inductor_addmm_fix {fix.__version__}, torch {torch.__version__}, device {device}: fix {active}")
-    say(f"case: torch.addmm(fp32 [{M}x{N}], bf16 [{M}x{K}], bf16 [{K}x{N}], out_dtype=torch.float32), "
-        'torch.compile(backend="inductor", fullgraph=True)')
+    say(f"inductor_addmm_fix {package_version()}, torch {torch.__version__}, device {device}")
+    say(active)
+    say(f"case: torch.addmm(fp32 [{M}x{N}], bf16 [{M}x{K}], bf16 [{K}x{N}], out_dtype=torch.float32)")
+    say('      under torch.compile(backend="inductor", fullgraph=True)')
 
     def addmm(c, a, b):
         return torch.addmm(c, a, b, out_dtype=torch.float32)
@@ -135,5 +151,6 @@ def run(device: str = "auto", say=print) -> int:
     else:
         say(f"BROKEN: compiled without the plugin's lowering ({LOWERING_KEY} never counted)")
         return BROKEN
-    say(f"FIXED: compiled, torch.float32, relative error vs {against} {error:.1e}; {how}")
+    say(f"FIXED: compiled, torch.float32, relative error vs {against} {error:.1e}")
+    say(f"       {how}")
     return FIXED

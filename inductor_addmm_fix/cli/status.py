@@ -1,32 +1,129 @@
-"""``python -m inductor_addmm_fix status``: the report of ``inductor_addmm_fix.status()``
-and the activation routes a fresh interpreter would take."""
+"""``python -m inductor_addmm_fix status``: is the fix active in this Python, feature by
+feature, and will fresh interpreters have it.
+
+Short by default (one line per feature, no line over ``WIDTH`` columns); ``-v`` adds
+each patch with its reason, probe and retiring upstream change, and every activation
+route; ``--json`` gives everything (``Status.as_dict()``, the routes, the summary).
+The words are ``check``'s too: "fix active", "fix partly active", "fix NOT active".
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import textwrap
 
 from ..activation import routes
-from ..activation.env import VARIABLE
+from ..activation.env import VARIABLE, enabled_by_env
+
+WIDTH = 100
+NAME_WIDTH = 14
+
+
+def headline(report) -> str:
+    """``fix active (activated by entry-point)``, or why it is not."""
+    value = os.environ.get(VARIABLE)
+    if not enabled_by_env():
+        return f"fix NOT active: turned off by {VARIABLE}={value}"
+    failed = [name for name, state in report.features.items() if state.startswith("failed")]
+    how = f"activated by {report.activation}" + ("" if value is None else f"; {VARIABLE}={value}")
+    if failed and any(state == "applied" for state in report.features.values()):
+        return f"fix partly active ({how}): {', '.join(failed)} failed"
+    if failed:
+        return f"fix NOT active ({how}): {', '.join(failed)} failed"
+    if not report.installed:
+        if report.activation is None:
+            return "fix NOT active: not activated (reinstall the package, or import inductor_addmm_fix)"
+        return f"fix NOT active ({how}): no feature selected"
+    return f"fix active ({how})"
+
+
+def feature_states(report) -> dict[str, str]:
+    """Each feature's state, with the variable named when it turned everything off."""
+    if not enabled_by_env():
+        return {name: f"off ({VARIABLE}={os.environ.get(VARIABLE)})" for name in report.features}
+    states = {}
+    for name, state in report.features.items():
+        if state == "applied":
+            count = sum(1 for p in report.patches if p.feature == name and p.applied)
+            state = f"applied ({count} patch{'es' if count != 1 else ''})"
+        states[name] = state
+    return states
+
+
+def fresh_interpreters() -> str:
+    """Whether a fresh interpreter of this Python (a spawned worker, a torchrun rank,
+    Inductor's compile subprocess) gets the fix, and through which routes."""
+    if not enabled_by_env():
+        return f"off too (they inherit {VARIABLE}={os.environ.get(VARIABLE)})"
+    via = []
+    if routes.entry_point_registered() and routes.autoload_enabled():
+        via.append("torch.backends entry point")
+    if routes.pth_file() is not None:
+        via.append(".pth start-up line")
+    if via:
+        return f"covered ({', '.join(via)})"
+    return "NOT covered: the package is not installed here, only imported (docs/activation.md)"
 
 
 def _routes_report() -> dict[str, str]:
     value = os.environ.get(VARIABLE)
     autoload = "on" if routes.autoload_enabled() else "off (TORCH_DEVICE_BACKEND_AUTOLOAD)"
-    covered = routes.fresh_interpreters_covered()
     return {
-        VARIABLE: "unset (on)" if value is None else repr(value),
+        VARIABLE: "unset (every feature)" if value is None else repr(value),
         "torch.backends entry point": ("registered" if routes.entry_point_registered() else "not installed")
         + f", autoload {autoload}",
         ".pth start-up line": routes.pth_file() or "not installed",
-        "fresh interpreters": "covered (spawned workers, torchrun ranks, Inductor's subprocess compile)"
-        if covered
-        else "NOT covered: they get the fix only if they import inductor_addmm_fix",
+        "fresh interpreters": fresh_interpreters(),
     }
 
 
-def run(as_json: bool) -> int:
-    """Print the report; exit code 0 when the package is active, 1 when not, 2 without torch."""
+def _fit(line: str) -> str:
+    return line if len(line) <= WIDTH else line[: WIDTH - 3] + "..."
+
+
+def _wrapped(text: str, indent: int) -> list[str]:
+    return textwrap.wrap(text, WIDTH, initial_indent=" " * indent, subsequent_indent=" " * (indent + 2),
+                         break_long_words=False, break_on_hyphens=False) or [""]
+
+
+def format_text(report, verbose: bool = False) -> list[str]:
+    from .revision import package_version
+
+    lines = [
+        _fit(f"inductor_addmm_fix {package_version()} on torch {report.torch_version}"),
+        _fit(headline(report)),
+    ]
+    for name, state in feature_states(report).items():
+        line = f"  {name:<{NAME_WIDTH}}{state}"
+        lines += _wrapped(line, 0) if verbose else [_fit(line)]
+        if verbose:
+            lines += _patch_lines([p for p in report.patches if p.feature == name])
+    shared = [p for p in report.patches if p.feature not in report.features]
+    if verbose and shared:
+        lines.append(f"  {'(shared)':<{NAME_WIDTH}}machinery of the features above")
+        lines += _patch_lines(shared)
+    if verbose:
+        lines.append("routes:")
+        for name, value in _routes_report().items():
+            lines.append(f"  {name + ':':<28}{value}")  # a path stays on one line
+    else:
+        lines.append(_fit(f"fresh interpreters: {fresh_interpreters()}"))
+        lines.append("each patch and why: -v; everything: --json")
+    return lines
+
+
+def _patch_lines(patches) -> list[str]:
+    lines = []
+    for p in patches:
+        mark = "applied" if p.applied else "not needed"
+        lines += _wrapped(f"[{mark}] {p.name}: {p.reason}", 4)
+        lines += _wrapped(f"probe: {p.probe}; obsolete when: {p.obsolete_when}", 6)
+    return lines
+
+
+def run(as_json: bool, verbose: bool = False) -> int:
+    """Print the report; exit code 0 when the fix is active, 1 when not, 2 without torch."""
     try:
         import torch  # noqa: F401  (activates the fix through whichever route is on)
     except Exception as error:
@@ -39,12 +136,11 @@ def run(as_json: bool) -> int:
     except Exception as error:
         print(f"(torch._inductor cannot be imported: {type(error).__name__}: {error})")
     report = fix.status()
-    route_report = _routes_report()
     if as_json:
-        print(json.dumps({**report.as_dict(), "routes": route_report}, indent=2))
+        from .revision import git_revision
+
+        print(json.dumps({**report.as_dict(), "summary": headline(report), "git_revision": git_revision(),
+                          "routes": _routes_report()}, indent=2))
     else:
-        print(report)
-        print("routes:")
-        for name, value in route_report.items():
-            print(f"  {name + ':':<28} {value}")
+        print("\n".join(format_text(report, verbose)))
     return 0 if report.installed else 1

@@ -72,3 +72,23 @@ def check_bias(self: torch.Tensor, shape: tuple, input_dtype, out_dtype) -> None
             have == 1 or have == want,
             lambda: f"self of shape {tuple(self.shape)} cannot be broadcast to {tuple(shape)}",
         )
+
+
+# The checks of each overload's meta kernel, alone (``core.meta_kernels`` runs them
+# before FakeTensor runs the meta kernel).
+def check_mm_dtype(self, mat2, out_dtype) -> None:
+    check_mm_operands(self, mat2, out_dtype)
+
+
+def check_bmm_dtype(self, mat2, out_dtype) -> None:
+    check_bmm_operands(self, mat2, out_dtype)
+
+
+def check_addmm_dtype(self, mat1, mat2, out_dtype, *, beta=1, alpha=1) -> None:
+    check_mm_operands(mat1, mat2, out_dtype)
+    check_bias(self, (mat1.shape[0], mat2.shape[1]), mat1.dtype, out_dtype)
+
+
+def check_baddbmm_dtype(self, batch1, batch2, out_dtype, *, beta=1, alpha=1) -> None:
+    check_bmm_operands(batch1, batch2, out_dtype)
+    check_bias(self, (batch1.shape[0], batch1.shape[1], batch2.shape[2]), batch1.dtype, out_dtype)

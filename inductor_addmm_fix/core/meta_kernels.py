@@ -14,7 +14,9 @@ three ways, all found by running them (``core.probes``):
   compiled code computes something eager refuses.
 
 Where either probe fails, the kernels below go into all three slots, for both
-overloads, and a self-test runs them again.
+overloads, and a self-test runs them again.  Their checks also go into FakeTensor's
+table of op implementations, which it consults before the meta kernel: invalid input
+then raises there, without the traceback FakeTensor logs for a meta kernel's error.
 """
 
 from __future__ import annotations
@@ -25,7 +27,15 @@ from torch._prims_common.wrappers import out_wrapper
 from ..patching.declare import Decision, PlanError, needed, not_needed, require
 from ..patching.probes import aten_op
 from ..patching.registry import DictEntry, DispatcherKernel, Patch, PyKernel
-from .checks import check_bias, check_bmm_operands, check_mm_operands
+from .checks import (
+    check_addmm_dtype,
+    check_baddbmm_dtype,
+    check_bias,
+    check_bmm_dtype,
+    check_bmm_operands,
+    check_mm_dtype,
+    check_mm_operands,
+)
 from .probes import FAMILY, has_out_dtype_overloads, meta_kernel_accepts, meta_kernel_works
 
 RETIRED_BY = {
@@ -79,9 +89,41 @@ META_KERNELS = {
     "baddbmm": (meta_baddbmm_dtype, meta_baddbmm_dtype_out),
 }
 
+#: op name -> the checks of its .dtype meta kernel, alone
+CHECKS = {
+    "mm": check_mm_dtype,
+    "bmm": check_bmm_dtype,
+    "addmm": check_addmm_dtype,
+    "baddbmm": check_baddbmm_dtype,
+}
+
+
+def _checks_before_meta(name: str):
+    """A FakeTensor op implementation (``fake_impls.op_implementations_dict``) that runs
+    the checks of the meta kernel, then answers NotImplemented: FakeTensor goes on to the
+    meta kernel.  Invalid input raises here, as eager's kernel would, and not inside the
+    meta kernel, where FakeTensor logs every exception ("failed while attempting to run
+    meta", with a traceback through this module) before Dynamo reports it."""
+    check = CHECKS[name]
+    position = 3 if name in ("addmm", "baddbmm") else 2  # of out_dtype
+
+    def checks_before_meta(fake_mode, func, *args, out=None, **kwargs):
+        check(*args, **kwargs)
+        if out is not None:  # what out_wrapper(exact_dtype=True) checks, in its words
+            out_dtype = args[position] if len(args) > position else kwargs["out_dtype"]
+            torch._check(
+                out.dtype == out_dtype,
+                lambda: f"Expected out tensor to have dtype {out_dtype} but got {out.dtype} instead",
+            )
+        return NotImplemented
+
+    checks_before_meta.__name__ = checks_before_meta.__qualname__ = f"{name}_dtype_checks"
+    return checks_before_meta
+
 
 def _slots(name: str) -> list[Patch]:
-    """The three places FakeTensor looks for the Meta kernel of both overloads."""
+    """The three places FakeTensor looks for the Meta kernel of both overloads, and its
+    table of op implementations, where the checks run first (``_checks_before_meta``)."""
     from torch._decomp import meta_table
 
     patches = []
@@ -92,7 +134,22 @@ def _slots(name: str) -> list[Patch]:
             Patch(f"core.meta_kernel.{name}.{which}", DispatcherKernel(f"{name}.{which}"), meta),
             Patch(f"core.meta_py_kernel.{name}.{which}", PyKernel(op, torch._C.DispatchKey.Meta), meta),
         ]
+        fake_impls = _fake_impls_table()
+        if fake_impls is not None and op not in fake_impls:
+            table = "torch._subclasses.fake_impls.op_implementations_dict"
+            patches.append(Patch(f"core.fake_checks.{name}.{which}", DictEntry(fake_impls, op, table), _checks_before_meta(name)))
     return patches
+
+
+def _fake_impls_table():
+    """FakeTensor's table of op implementations, consulted before the meta kernel (2.8 to
+    2.15); None where torch has no such dict (only the log noise of invalid input stays)."""
+    try:
+        from torch._subclasses import fake_impls
+    except ImportError:
+        return None
+    table = getattr(fake_impls, "op_implementations_dict", None)
+    return table if isinstance(table, dict) else None
 
 
 def plan() -> list[Decision]:

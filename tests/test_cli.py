@@ -1,0 +1,181 @@
+"""The command line, as README and ``--help`` document it: every invocation and exit
+code.  In process where the process's own state is what is reported; in a fresh
+interpreter for what needs one (the switch off, warnings as errors).  The same
+commands against an installed wheel: tests/test_activation.py (slow)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import inductor_addmm_fix as fix
+from inductor_addmm_fix import cli
+from inductor_addmm_fix.cli import check, status
+
+ROOT = Path(__file__).resolve().parents[1]
+WIDTH = 100
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def fresh(*args: str, **env: str) -> subprocess.CompletedProcess:
+    """``python <args>`` in a fresh interpreter, from the checkout, with ``env`` set."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("INDUCTOR_ADDMM_FIX") and k != "PYTHONWARNINGS"}
+    environ.update(env)
+    return subprocess.run([sys.executable, *args], cwd=ROOT, env=environ, capture_output=True, text=True, timeout=300)
+
+
+# ------------------------------------------------------------------ status
+@pytest.mark.parametrize("argv", [[], ["status"]], ids=["default", "status"])
+def test_status_is_one_line_per_feature_and_fits_100_columns(capsys, argv):
+    code, out, _ = run(capsys, *argv)
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0] == f"inductor_addmm_fix {cli.revision.package_version()} on torch {torch.__version__}"
+    assert lines[1] == "fix active (activated by entry-point)" or lines[1].startswith("fix active (")
+    features = [line.split()[0] for line in lines if line.startswith("  ")]
+    assert features == list(fix.FEATURES)  # the features as the package names them, in order
+    assert max(map(len, lines)) <= WIDTH, max(lines, key=len)
+    assert lines[-2].startswith("fresh interpreters: ")
+
+
+@pytest.mark.parametrize("argv", [["-v"], ["status", "-v"], ["-v", "status"], ["--verbose"]])
+def test_status_verbose_gives_each_patch_and_why(capsys, argv):
+    code, out, _ = run(capsys, *argv)
+    assert code == 0
+    report = fix.status()
+    for patch in report.patches:
+        assert f"] {patch.name}: " in out
+    assert "probe: " in out and "routes:" in out and "torch.backends entry point:" in out
+
+
+@pytest.mark.parametrize("argv", [["--json"], ["status", "--json"], ["--json", "status"], ["-v", "--json"]])
+def test_status_json_in_any_position_is_complete(capsys, argv):
+    code, out, _ = run(capsys, *argv)
+    assert code == 0
+    report = json.loads(out)
+    assert report["installed"] is True and report["summary"].startswith("fix active")
+    assert report["package_version"] == fix.__version__ and report["torch_version"] == torch.__version__
+    assert set(report["features"]) == set(fix.FEATURES)
+    assert {p["name"] for p in report["patches"]} == {p.name for p in fix.status().patches}
+    assert {"reason", "probe", "obsolete_when", "feature", "applied"} <= set(report["patches"][0])
+    assert set(report["routes"]) == {"INDUCTOR_ADDMM_FIX", "torch.backends entry point", ".pth start-up line",
+                                     "fresh interpreters"}
+    assert "git_revision" in report
+
+
+def test_status_with_the_switch_off_says_so_and_exits_1():
+    result = fresh("-m", "inductor_addmm_fix", INDUCTOR_ADDMM_FIX="0")
+    assert result.returncode == 1, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[1] == "fix NOT active: turned off by INDUCTOR_ADDMM_FIX=0"
+    assert all(f"off (INDUCTOR_ADDMM_FIX=0)" in line for line in lines if line.startswith("  "))
+    assert "fresh interpreters: off too (they inherit INDUCTOR_ADDMM_FIX=0)" in lines
+    assert "covered (" not in result.stdout
+    assert max(map(len, lines)) <= WIDTH
+
+
+def test_status_names_a_feature_turned_off(monkeypatch, capsys):
+    monkeypatch.setenv("INDUCTOR_ADDMM_FIX", "-views")
+    fix.install(features="-views")
+    code, out, _ = run(capsys)
+    assert code == 0
+    assert "  views         off (install(features='-views'))" in out.splitlines()
+
+
+def test_status_without_torch_cannot_run(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch raises ImportError
+    code, out, _ = run(capsys, "status")
+    assert code == 2 and out.startswith("could not run: torch cannot be imported")
+
+
+# ------------------------------------------------------------------ check
+def test_check_fixed_in_text_and_json(capsys):
+    code, out, _ = run(capsys, "check")
+    assert code == check.FIXED
+    assert "\nfix active (" in out and "\nFIXED: compiled, torch.float32" in out
+    assert max(map(len, out.splitlines())) <= WIDTH
+    # The same, as JSON (the kernel is compiled now: this one is quick).
+    code, out, _ = run(capsys, "--json", "check", "--device", "cpu")
+    report = json.loads(out)
+    assert code == 0 and report["result"] == "FIXED" and report["exit_code"] == 0
+    assert any(line.startswith("FIXED: ") for line in report["lines"])
+
+
+def test_check_without_the_device_asked_for_cannot_run(monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    code, out, _ = run(capsys, "check", "--device", "cuda")
+    assert code == check.CANNOT_RUN == 2
+    assert "could not run" in out
+
+
+# ------------------------------------------------------------------ options anywhere, usage errors
+@pytest.mark.parametrize(
+    "argv, command, verbose, as_json",
+    [
+        ([], None, 0, False),
+        (["-v", "check"], "check", 1, False),
+        (["check", "-v"], "check", 1, False),
+        (["check", "--device", "cpu", "--json"], "check", 0, True),
+        (["--json", "check"], "check", 0, True),
+        (["status", "-vv"], "status", 2, False),
+        (["-v", "--json", "status"], "status", 1, True),
+    ],
+)
+def test_options_go_before_or_after_the_command(argv, command, verbose, as_json):
+    args = cli._parser().parse_args(argv)
+    assert (args.command, args.verbose, args.json) == (command, verbose, as_json)
+
+
+def test_version(capsys):
+    code, out, _ = run(capsys, "--version")
+    assert code == 0
+    assert out.strip() == f"inductor_addmm_fix {cli.revision.package_version()}"
+    assert out.startswith(f"inductor_addmm_fix {fix.__version__}")
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["status", "--help"], ["check", "-h"]])
+def test_help_documents_the_exit_codes(capsys, argv):
+    code, out, _ = run(capsys, *argv)
+    assert code == 0
+    assert "exit codes:" in out and "64  usage error" in out and "2   could not run" in out
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["bogus"], ["--bogus"], ["status", "--device", "cpu"], ["check", "--device", "tpu"], ["check", "extra"]],
+)
+def test_usage_errors_exit_64_not_2(capsys, argv):
+    code, out, err = run(capsys, *argv)
+    assert code == cli.USAGE_ERROR == 64
+    assert out == "" and "usage: python -m inductor_addmm_fix" in err and "error:" in err
+
+
+def test_the_exit_codes_are_documented_alike_in_the_readme_and_help():
+    readme = (ROOT / "README.md").read_text()
+    for line in cli.EXIT_CODES.splitlines()[1:]:
+        code = line.split()[0]
+        if code.isdigit():
+            assert f"`{code}`" in readme, f"README does not document exit code {code}"
+
+
+# ------------------------------------------------------------------ warnings as errors
+def test_warnings_as_errors_never_break_import_torch():
+    """``python -W error`` with an unknown INDUCTOR_ADDMM_FIX value: torch's entry point
+    must not fail (torch would raise "Failed to load the backend extension").  The .pth
+    route, in an installed wheel: tests/test_activation.py (slow)."""
+    code = "import torch, inductor_addmm_fix as f; print(f.is_installed())"
+    result = fresh("-W", "error", "-c", code, INDUCTOR_ADDMM_FIX="maybe")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "True"
+    assert result.stderr.count("\n") == 1 and "ignoring 'maybe'" in result.stderr, result.stderr
