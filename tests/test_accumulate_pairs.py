@@ -2,6 +2,8 @@
 accumulator once per two chunks: one ``addmm`` over both chunks' rows, the same sums in
 another order (fp32 stays fp32), and every chunk's logits matmul still in chunk order."""
 
+import re
+
 import pytest
 import torch
 import torch.fx as fx
@@ -92,6 +94,13 @@ def test_compiled_accumulation_in_pairs_matches_float64(out_dtype):
 def test_flce_loop_in_pairs_keeps_every_chunks_logits_matmul_in_order():
     x, w, onehot = flce_inputs(torch.bfloat16)
     compiled = compile_and_run(lambda x, w, y: flce_like(x, w, y, out_dtype=torch.float32), x, w, onehot)
+    # The accumulator an in-place step writes keeps its storage: no later temporary of
+    # its size reuses it (torch 2.8 gave it to the next pair's operand).
+    code = compiled.code
+    accumulators = set(re.findall(r"addmm_\.default\((buf\d+),", code))
+    reused = set(re.findall(r"reinterpret_tensor\((buf\d+), [^)]*\)[^;]*; del \1\s*# reuse", code))
+    reused |= set(re.findall(r"= (buf\d+); del \1\s*# reuse", code))
+    assert not accumulators & reused, (accumulators, reused)
     assert compiled.events(accumulate_pairs.NAME)["pairs"] == CHUNKS // 2
     if chunk_order.supported():
         assert compiled.events(chunk_order.NAME)["chunks"] == CHUNKS  # a root per chunk, not per step

@@ -69,8 +69,9 @@ def lower_addmm_dtype_(self, mat1, mat2, out_dtype, *, beta=1, alpha=1):
         return self  # the out= buffer itself (checked on CUDA, torch 2.11)
     self.realize()  # mutate the buffer that ``self`` names, not a copy of a lazy value
     inplace = L.fallback_handler(aten.addmm_.default, add_to_fallback_set=False)
-    # The in-place op's result is the alias Inductor's later reads must go through.
-    return inplace(self, L.to_dtype(mat1, out_dtype), L.to_dtype(mat2, out_dtype), beta=beta, alpha=alpha)
+    # The in-place op's result is the alias Inductor's later reads must go through, and
+    # the buffer it aliases must outlive it (see _keep_storage).
+    return _keep_storage(self, inplace(self, L.to_dtype(mat1, out_dtype), L.to_dtype(mat2, out_dtype), beta=beta, alpha=alpha))
 
 
 def lower_addmm_(self, mat1, mat2, *, beta=1, alpha=1):
@@ -87,8 +88,21 @@ def lower_addmm_(self, mat1, mat2, *, beta=1, alpha=1):
         out = L.fallback_handler(aten.addmm.out, add_to_fallback_set=False)
         out(self, mat1, mat2, beta=beta, alpha=alpha, out=self)
         return self
+    self.realize()
     inplace = L.fallback_handler(aten.addmm_.default, add_to_fallback_set=False)
-    return inplace(self, mat1, mat2, beta=beta, alpha=alpha)
+    return _keep_storage(self, inplace(self, mat1, mat2, beta=beta, alpha=alpha))
+
+
+def _keep_storage(buffer, alias):
+    """``alias``, the result of an in-place fallback on ``buffer``, after marking
+    ``buffer`` never to be reused: Inductor's memory planning (torch 2.8-2.10 at least)
+    frees a buffer after the in-place kernel that returned an alias of it and may give
+    its storage to the next temporary of its size while the alias is still read (an
+    accumulation over pairs of chunks lost its first pair that way)."""
+    from torch._inductor.virtualized import V
+
+    V.graph.never_reuse_buffers.add(buffer.get_name())
+    return alias
 
 
 @functools.cache
