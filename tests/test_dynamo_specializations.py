@@ -3,6 +3,7 @@ one frame is not specialized in the next frames, and the strides of a static-sha
 tensor are answered as ints."""
 
 import torch
+import torch._inductor.compile_fx  # noqa: F401  (the features here apply once Inductor is imported)
 from torch._dynamo.utils import counters
 
 import inductor_addmm_fix

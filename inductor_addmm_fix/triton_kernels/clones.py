@@ -25,7 +25,8 @@ at any offset, static or symbolic.  Other views (expanded, or with gaps a kernel
 read) keep the stock copy.
 
 Upstream: pytorch/pytorch#161115; PR #184050 (the same idea for every view) was
-reverted; PR #192227 proposes a plain clone for dense tensors.
+reverted; PR #192227 (in torch 2.15: ``_clone_mutated_arg``) clones a dense view alone,
+and the probe then finds nothing to do.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from ..patching.declare import Decision, needed, not_needed, require
 from ..patching.probes import global_names
 from ..patching.registry import Attribute, Patch
 
-RETIRED_BY = "pytorch/pytorch#161115 (PR #184050 reverted; PR #192227): Triton-kernel clones of views"
+RETIRED_BY = "pytorch/pytorch#192227 (torch 2.15): the copy of a dense mutated view is the view alone"
 NAME = "triton.clone_of_mutated_views"
 
 
@@ -73,22 +74,32 @@ def copy_of_mutated_view(stock: Callable[[torch.Tensor], torch.Tensor]) -> Calla
     return clone_preserve_strides
 
 
-def stock_copy_reads_storage_before_the_view() -> bool:
-    """Whether the stock copy of ``base[2:4]`` copies storage from before the view (what
-    reads past Inductor's copy of an unrealized slice)."""
+def _stock_copy() -> Callable[[torch.Tensor], torch.Tensor]:
+    """What the functional kernel wrapper copies a mutated argument with, in stock torch:
+    ``_clone_mutated_arg`` where torch has it (2.15: it copies a dense view alone,
+    pytorch/pytorch#192227), else ``clone_preserve_strides`` (the one ours wraps)."""
     from torch._higher_order_ops import triton_kernel_wrap
 
+    if callable(getattr(triton_kernel_wrap, "_clone_mutated_arg", None)):
+        return lambda view: triton_kernel_wrap._clone_mutated_arg("arg", view, None)
+    current = triton_kernel_wrap.clone_preserve_strides
+    return getattr(current, "stock", current)
+
+
+def stock_copy_reads_storage_before_the_view() -> bool:
+    """Whether stock torch's copy of ``base[2:4]`` for a kernel copies storage from before
+    the view (what reads past Inductor's copy of an unrealized slice)."""
     view = torch.zeros(6)[2:4]
-    copy = triton_kernel_wrap.clone_preserve_strides(view)
-    stock = getattr(triton_kernel_wrap.clone_preserve_strides, "stock", None)
-    if stock is not None:  # ours is in place: probe the function it wraps
-        copy = stock(view)
+    copy = _stock_copy()(view)
     return copy.untyped_storage().nbytes() > view.numel() * view.element_size()
 
 
 def plan() -> list[Decision]:
     from torch._higher_order_ops import triton_kernel_wrap
 
+    probe = stock_copy_reads_storage_before_the_view
+    if not probe():
+        return [not_needed(NAME, "the copy of a mutated view copies the view alone", probe=probe, obsolete_when=RETIRED_BY)]
     dense = getattr(triton_kernel_wrap, "triton_kernel_wrapper_functional_dense", None)
     require(callable(dense), "torch._higher_order_ops.triton_kernel_wrap.triton_kernel_wrapper_functional_dense")
     # The functional kernel wrapper must call the copy through the module's global name.
@@ -96,9 +107,6 @@ def plan() -> list[Decision]:
         "clone_preserve_strides" in global_names(dense),
         "clone_preserve_strides called by name from triton_kernel_wrapper_functional_dense",
     )
-    probe = stock_copy_reads_storage_before_the_view
-    if not probe():
-        return [not_needed(NAME, "the copy of a mutated view copies the view alone", probe=probe, obsolete_when=RETIRED_BY)]
     slot = Attribute(triton_kernel_wrap, "clone_preserve_strides", "torch._higher_order_ops.triton_kernel_wrap")
     reason = (
         "user Triton kernels write a copy of each mutated view made from the start of its storage; "
