@@ -15,9 +15,10 @@ import textwrap
 
 from ..activation import routes
 from ..activation.env import VARIABLE, enabled_by_env
+from ..features import NAMES
 
 WIDTH = 100
-NAME_WIDTH = 14
+NAME_WIDTH = max(len(name) for name in NAMES) + 2  # the feature column
 
 
 def headline(report) -> str:
