@@ -157,6 +157,9 @@ def versus(eager: tuple[float, float], compiled: tuple[float, float]) -> dict:
 def flce_row(bt: int, h: int, v: int, dtype, accum, warmup: int, reps: int, suffix: str, mode=None) -> dict:
     """Eager vs compiled Liger FLCE step on fresh random inputs: time, memory, equality,
     and each one's error against float64."""
+    from torch._dynamo.utils import counters
+
+    counters["inductor_addmm_fix"].clear()  # what the package did to this case's graphs
     fns, step, clear, run, inputs = flce_case(bt, h, v, dtype, accum, mode)
     results = timed_interleaved({k: step(f) for k, f in fns.items()}, warmup=warmup, reps=reps, setup=clear)
     for label, fn in fns.items():
@@ -177,6 +180,8 @@ def flce_row(bt: int, h: int, v: int, dtype, accum, warmup: int, reps: int, suff
         case=f"FLCE step, accum_dtype={'fp32' if accum else 'None'}, BT={bt}{suffix}" + (f", mode={mode}" if mode else ""),
         **versus(results["eager"], results["compiled"]),
         memory_target_gib=(me + max(0.05 * me, 64 * 1024**2)) / GiB,
+        pairs_merged=counters["inductor_addmm_fix"]["accumulate_pairs:pairs"],
+        pairs_over_budget=counters["inductor_addmm_fix"]["accumulate_pairs:over_budget"],
         bitwise_equal=same,
         eager_repeatable=eager_repeatable,
         max_abs_diff=diffs,
@@ -276,9 +281,9 @@ def main(argv=None) -> int:
             torch._dynamo.reset()
     print(
         "| case | eager ms | compiled ms | time ratio | eager extra GiB | compiled extra GiB "
-        "| memory bound GiB | time <= 1.00x | memory <= bound | bitwise equal |"
+        "| memory bound GiB | time <= 1.00x | memory <= bound | bitwise equal | pairs merged |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         bound = r.get("memory_target_gib")
         r["time_met"] = r["time_ratio"] <= 1.0
@@ -287,7 +292,7 @@ def main(argv=None) -> int:
             f"| {r['case']} | {r['eager_ms']:.2f} | {r['compiled_ms']:.2f} | {r['time_ratio']:.3f} | "
             f"{r['eager_extra_gib']:.3f} | {r['compiled_extra_gib']:.3f} | "
             f"{'%.3f' % bound if bound is not None else '-'} | {'yes' if r['time_met'] else 'NO'} | "
-            f"{'yes' if r['memory_met'] else 'NO'} | {r['bitwise_equal']} |"
+            f"{'yes' if r['memory_met'] else 'NO'} | {r['bitwise_equal']} | {r.get('pairs_merged', '-')} |"
         )
     chunk = rows[0]
     for r in rows:

@@ -16,15 +16,15 @@ def main(path: str) -> int:
     rows.sort(key=lambda r: (r["config"], r["shapes"], r["reduction"], r["weights"], r["accum"], r.get("mode") or ""))
     print(
         "| config | shapes | reduction | class weights | accum | mode | graphs after each step "
-        "| max abs diff loss / grad_x / grad_w | grad_w error vs float64, over eager's |"
+        "| pairs merged | max abs diff loss / grad_x / grad_w | grad_w error vs float64, over eager's |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         d = r["max_abs_diff"]
         ratio = r.get("grad_w_error_over_eagers")
         print(
             f"| {r['config']} | {r['shapes']} | {r['reduction']} | {'yes' if r['weights'] else 'no'} | {r['accum']} | "
-            f"{r.get('mode') or '-'} | {' '.join(map(str, r['graphs_per_step']))} | "
+            f"{r.get('mode') or '-'} | {' '.join(map(str, r['graphs_per_step']))} | {r.get('pairs_merged', '-')} | "
             f"{d['loss']:.1e} / {d['grad_x']:.1e} / {d['grad_w']:.1e} | "
             f"{'-' if ratio is None else f'{ratio:.2f}x'} |"
         )

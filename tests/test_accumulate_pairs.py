@@ -137,3 +137,62 @@ def test_merging_adds_no_guard_on_symbolic_sizes():
     guards = len(shape_env.guards)
     assert accumulate_pairs.accumulate_in_pairs(graph) == 2
     assert len(shape_env.guards) == guards
+
+
+def separate_chunks_chain(acc, g1, g2, x):
+    """Two steps whose ``g``s are separate tensors: merging them needs a ``cat``."""
+    acc = torch.addmm(acc, g1.t(), x[:CHUNK])
+    return torch.addmm(acc, g2.t(), x[CHUNK : 2 * CHUNK])
+
+
+def separate_chunks_args(h=H):
+    return torch.randn(V, h), torch.randn(CHUNK, V), torch.randn(CHUNK, V), torch.randn(2 * CHUNK, h)
+
+
+@pytest.fixture
+def no_memory_floor(monkeypatch):
+    """A budget of only what the graph itself pays for: no floor, no share of the accumulator."""
+    monkeypatch.setattr(accumulate_pairs, "FLOOR_BYTES", 0)
+    monkeypatch.setattr(accumulate_pairs, "ACCUMULATOR_SHARE", 0.0)
+
+
+def test_a_pair_costs_its_waiting_chunk_and_the_cat_of_its_pieces():
+    graph = graph_of(separate_chunks_chain, *separate_chunks_args())
+    (chain,) = accumulate_pairs.chains(graph)
+    g_bytes = CHUNK * V * 4
+    assert accumulate_pairs.pair_cost(*chain) == 3 * g_bytes  # g1 waits, cat([g1, g2]); x is one slice
+
+
+def test_adjacent_slices_cost_no_memory_and_are_merged_within_any_budget(no_memory_floor):
+    acc, g, x = torch.randn(V, H), torch.randn(4 * CHUNK, V), torch.randn(4 * CHUNK, H)
+    graph = graph_of(functional_chain, acc, g, x)
+    assert accumulate_pairs.accumulate_in_pairs(graph) == 2
+
+
+def test_a_chain_over_its_memory_budget_is_left_alone(no_memory_floor):
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+    graph = graph_of(separate_chunks_chain, *separate_chunks_args())
+    assert accumulate_pairs.accumulate_in_pairs(graph) == 0
+    assert len(accumulations(graph)) == 2
+    assert counters["inductor_addmm_fix"][f"{accumulate_pairs.NAME}:over_budget"] == 1
+
+
+def test_a_narrowing_cast_of_the_result_pays_for_the_pairs(no_memory_floor):
+    """Liger's fp32 accumulation ends in ``grad_weight.to(bf16)``: an allocation larger
+    than a pair's extra chunks, made while the accumulator is alive."""
+
+    def cast_at_the_end(acc, g1, g2, x):
+        return separate_chunks_chain(acc, g1, g2, x).to(torch.bfloat16)
+
+    wide = 8 * CHUNK  # the bf16 result (V x wide x 2 bytes) outweighs a pair (3 x CHUNK x V x 4)
+    graph = graph_of(cast_at_the_end, *separate_chunks_args(wide))
+    assert accumulate_pairs.budget(accumulate_pairs.chains(graph)[0]) == V * wide * 2
+    assert accumulate_pairs.accumulate_in_pairs(graph) == 1
+
+
+def test_the_floor_budget_merges_small_chunks():
+    graph = graph_of(separate_chunks_chain, *separate_chunks_args())
+    assert accumulate_pairs.budget(accumulate_pairs.chains(graph)[0]) == accumulate_pairs.FLOOR_BYTES
+    assert accumulate_pairs.accumulate_in_pairs(graph) == 1

@@ -5,8 +5,9 @@
 #                                   [loop] [ligersuite] [name='shell command'...]
 # The device allows 600 s a call: pick steps that fit.  Steps of one call may run side by
 # side with OUT=<a folder of their own> each (the summary is per OUT).
-#   loop        tests/gpu/test_liger_training_loop.py over 6 workers (pytest-xdist); one JSON
-#               line per case in $OUT/loop.jsonl (python scripts/loop_table.py renders it)
+#   loop        tests/gpu/test_liger_training_loop.py over $LOOP_WORKERS workers (pytest-xdist,
+#               default 6); one JSON line per case in $OUT/loop.jsonl (python scripts/loop_table.py
+#               renders it); LOOP_FEATURES=<spec> runs it with those features (e.g. -accumulate_pairs)
 #   ligersuite  Liger 0.8.5's own FLCE test file (from .whl/liger_kernel-0.8.5.tar.gz) with
 #               one compiled FLCE Function per worker (tests/gpu/liger_compiled_plugin.py)
 set -u
@@ -14,7 +15,8 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-cache
 export PYTHONPATH="$PWD:$PWD/tests:/tmp/site-0.8.5"
 summary="$OUT/summary.txt"; : > "$summary"
-install_liger() {  # $1 = version
+install_liger() {  # $1 = version; once per machine (steps of parallel calls share it)
+  [ -d /tmp/site-$1/liger_kernel ] && return
   rm -rf /tmp/site-$1
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site-$1 .whl/liger_kernel-$1-*.whl
 }
@@ -36,7 +38,7 @@ for what in "$@"; do
       PYTHONPATH="$PYTHONPATH:/tmp/site-0.8.5" step repro-liger-without 300 python3 repro/flce_addmm_out_dtype.py --without-plugin
       PYTHONPATH="$PYTHONPATH:/tmp/site-0.8.5" step repro-liger-with 300 python3 repro/flce_addmm_out_dtype.py ;;
     loop) install_liger 0.8.5
-      LOOP_RESULTS="$OUT/loop.jsonl" PYTHONPATH="$PYTHONPATH:/tmp/site-0.8.5" step loop 560 python3 -m pytest -q -p no:cacheprovider -n 6 -rfE tests/gpu/test_liger_training_loop.py --tb=short ;;
+      LOOP_RESULTS="$OUT/loop.jsonl" PYTHONPATH="$PYTHONPATH:/tmp/site-0.8.5" step loop ${LOOP_TIMEOUT:-560} python3 -m pytest -q -p no:cacheprovider -n ${LOOP_WORKERS:-6} -k "${LOOP_K:-}" -rfE tests/gpu/test_liger_training_loop.py --tb=short ;;
     ligersuite) install_liger 0.8.5
       rm -rf /tmp/liger-src && mkdir -p /tmp/liger-src && tar xzf .whl/liger_kernel-0.8.5.tar.gz -C /tmp/liger-src --strip-components=1
       (cd /tmp/liger-src && PYTHONPATH="$OLDPWD:$OLDPWD/tests/gpu:/tmp/site-0.8.5:/tmp/liger-src" step ligersuite 560 python3 -m pytest -q -p no:cacheprovider -n 4 -p liger_compiled_plugin -rfE --timeout 200 test/transformers/test_fused_linear_cross_entropy.py --tb=short) ;;

@@ -25,7 +25,8 @@ waits for the second) and a copy of both into the ``cat`` (0.03 ms a chunk); the
 order.  A chain of one step, and steps that are not plain ``addmm``/``addmm.dtype``
 (``beta``, ``alpha`` other than 1, other layouts) are left as they are; the pass never
 raises.  Counted in ``torch._dynamo.utils.counters["inductor_addmm_fix"]``:
-``accumulate_pairs:chains``, ``accumulate_pairs:pairs`` and ``accumulate_pairs:error``.
+``accumulate_pairs:chains``, ``accumulate_pairs:pairs``, ``accumulate_pairs:over_budget``
+(chains left alone for memory) and ``accumulate_pairs:error``.
 
 Upstream: none (an optimization across eager calls).
 """
@@ -50,6 +51,13 @@ log = logging.getLogger(__name__)
 NAME = "accumulate_pairs"  # counted as "accumulate_pairs:<event>"
 RANK = 15  # after slice_writes, before chunk_order (which orders the chunks of each pair)
 RETIRED_BY = "none: an optimization across eager calls"
+
+
+# The extra memory a merged pair may always take, and the share of the accumulator's size
+# it may take where that is more: the bound the package holds a compiled step to against
+# eager (docs/gpu-results.md).
+FLOOR_BYTES = 64 << 20
+ACCUMULATOR_SHARE = 0.05
 
 
 def _count(what: str, n: int = 1) -> None:
@@ -177,6 +185,61 @@ class _FakeValues:
         return self._stack.pop().__exit__(*exc)
 
 
+def _hint(size: Any) -> int:
+    """A size's value for the first compiled shape, without a guard (unknown: 8192, as
+    Inductor assumes for unbacked sizes)."""
+    if isinstance(size, int):
+        return size
+    from torch.fx.experimental import symbolic_shapes
+
+    hint = getattr(symbolic_shapes, "optimization_hint", None) or getattr(symbolic_shapes, "hint_int", None)
+    try:
+        return int(hint(size, fallback=8192))
+    except Exception:
+        return 8192
+
+
+def _bytes(value: Any, dtype: torch.dtype | None = None) -> int:
+    numel = 1
+    for size in value.shape:
+        numel *= _hint(size)
+    return numel * (dtype or value.dtype).itemsize
+
+
+def _narrowing_cast_bytes(node: fx.Node) -> int:
+    """Bytes of the largest cast of ``node``'s value to a narrower dtype among its users."""
+    casts = (torch.ops.prims.convert_element_type.default, aten._to_copy.default)
+    best = 0
+    for user in node.users:
+        if user.op != "call_function" or user.target not in casts:
+            continue
+        dtype = user.args[1] if user.target is casts[0] and len(user.args) > 1 else user.kwargs.get("dtype")
+        value = _val(node)
+        if isinstance(dtype, torch.dtype) and value is not None and dtype.itemsize < value.dtype.itemsize:
+            best = max(best, _bytes(value, dtype))
+    return best
+
+
+def pair_cost(first: fx.Node, second: fx.Node) -> int:
+    """Bytes a merged pair keeps alive beyond two separate steps: for each operand that is
+    not one slice already, the first chunk waiting for the second and the ``cat`` of both."""
+    cost = 0
+    for pieces in ([_transposed(first.args[1]), _transposed(second.args[1])], [first.args[2], second.args[2]]):
+        if any(p is None or _val(p) is None for p in pieces):
+            return 0  # not mergeable: _merge declines it
+        if _adjacent_slices(pieces) is None:
+            a, b = (_bytes(_val(p)) for p in pieces)
+            cost += a + a + b
+    return cost
+
+
+def budget(chain: list[fx.Node]) -> int:
+    """The extra memory a pair of ``chain`` may take (see the module's docstring)."""
+    accumulator = _val(chain[-1])
+    share = int(ACCUMULATOR_SHARE * _bytes(accumulator)) if accumulator is not None else 0
+    return max(FLOOR_BYTES, share, _narrowing_cast_bytes(chain[-1]))
+
+
 def _merge(graph: fx.Graph, first: fx.Node, second: fx.Node) -> fx.Node | None:
     """One step for ``first`` and ``second`` (``second.args[0] is first``), or None."""
     g = [_transposed(s.args[1]) for s in (first, second)]
@@ -225,6 +288,15 @@ def accumulate_in_pairs(graph: fx.Graph) -> int:
     merged = 0
     for chain in found:
         done = 0
+        try:
+            allowed = budget(chain)
+            if max(pair_cost(a, b) for a, b in zip(chain[0::2], chain[1::2])) > allowed:
+                _count("over_budget")
+                continue
+        except Exception as error:  # pragma: no cover - torch internals changed
+            _count("error")
+            log.warning("accumulate_pairs: chain left as it was (%s: %s)", type(error).__name__, error)
+            continue
         for first, second in zip(chain[0::2], chain[1::2]):
             try:
                 if _merge(graph, first, second) is not None:
