@@ -7,7 +7,7 @@ accumulation micro-benchmark against eager cuBLAS and the memory-bound floor
 measured on this GPU.
 
     python benchmarks/flce_bench.py                      # Llama-3-8B head: BT=8192 H=4096 V=128256
-    python benchmarks/flce_bench.py --bt 8192 32768       # and 128 chunks
+    python benchmarks/flce_bench.py --bt 8192 32768       # and chunks of 1024 rows
     python benchmarks/flce_bench.py --json out.json
 
 Needs CUDA and liger-kernel.  "extra" memory = torch.cuda.max_memory_allocated()

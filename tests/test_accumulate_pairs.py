@@ -196,3 +196,15 @@ def test_the_floor_budget_merges_small_chunks():
     graph = graph_of(separate_chunks_chain, *separate_chunks_args())
     assert accumulate_pairs.budget(accumulate_pairs.chains(graph)[0]) == accumulate_pairs.FLOOR_BYTES
     assert accumulate_pairs.accumulate_in_pairs(graph) == 1
+
+
+def test_symbolic_sizes_are_costed_at_their_hints_without_a_warning():
+    import warnings
+
+    g = torch.randn(4 * CHUNK, V)
+    graph = make_fx(functional_chain, tracing_mode="symbolic")(torch.randn(V, H), g, torch.randn(4 * CHUNK, H)).graph
+    (placeholder,) = [n for n in graph.nodes if n.op == "placeholder" and n.name.startswith("g")]
+    assert not all(isinstance(s, int) for s in placeholder.meta["val"].shape)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # torch 2.11 deprecates hint_int with a FutureWarning
+        assert accumulate_pairs._bytes(placeholder.meta["val"]) == g.numel() * g.element_size()

@@ -141,11 +141,16 @@ def test_every_step_matches_eager_and_no_step_recompiles(cell: Cell):
             eager_error = _relative_error(want[2], exact)
             error_ratio = max(error_ratio, _relative_error(got[2], exact) / max(eager_error, 1e-12))
             graphs.append(counters["stats"]["unique_graphs"])
+    import inductor_addmm_fix
+
+    # Whether chunks may be summed in pairs: the feature, not this run's counter (0 where
+    # Inductor's FX graph cache served a graph compiled, and merged, before).
+    pairs_on = inductor_addmm_fix.status().features.get("accumulate_pairs") == "applied"
     pairs = counters["inductor_addmm_fix"]["accumulate_pairs:pairs"]
     row = {
         "cell": str(cell),
         "features": os.environ.get("LOOP_FEATURES") or "all",
-        "pairs_merged": pairs,
+        "pairs_merged": pairs,  # compiled here (not served from the cache)
         **dataclasses.asdict(cell),
         "graphs_per_step": graphs,
         "max_abs_diff": worst,
@@ -158,7 +163,7 @@ def test_every_step_matches_eager_and_no_step_recompiles(cell: Cell):
     # Compiles: the first step, the second (dynamic shapes or values); none after.
     assert graphs[-1] == graphs[1], f"graphs after each step {graphs}: later steps recompiled"
     assert worst["grad_x"] == 0.0, worst
-    if pairs:
+    if pairs_on:
         assert error_ratio <= 1.5, f"grad_w error vs float64 {error_ratio:.2f}x eager's"
     else:
         assert worst["grad_w"] == 0.0, worst
