@@ -68,6 +68,8 @@ FEATURE_TABLE = (
     Feature(
         "static_strides", inductor=("dynamo.static_strides",), self_tests={"inductor": "dynamo.static_strides:self_test"}
     ),
+    # Dynamo finds triton.next_power_of_2 of a symbolic size by comparisons, not bit twiddling.
+    Feature("power_of_2_sizes", inductor=("dynamo.power_of_2_sizes",)),
 )
 
 #: Shared machinery -> its module, in the order applied (after the features of a stage).

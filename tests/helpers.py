@@ -91,6 +91,21 @@ def allocations(code: str, shape: tuple) -> int:
     return len(re.findall(rf"empty_strided_\w+\({re.escape(str(tuple(shape)))}", code))
 
 
+# ---------------------------------------------------------------- features
+def unavailable_features() -> set:
+    """The features this environment lacks what they need for: ``chunk_order`` before
+    torch 2.10, ``power_of_2_sizes`` without Triton.  Every other feature applies."""
+    from inductor_addmm_fix.dynamo import power_of_2_sizes
+    from inductor_addmm_fix.inductor.passes import chunk_order
+
+    lacking = set()
+    if not chunk_order.supported():
+        lacking.add("chunk_order")
+    if power_of_2_sizes.triton_next_power_of_2() is None:
+        lacking.add("power_of_2_sizes")
+    return lacking
+
+
 # ---------------------------------------------------------------- torch's slots
 def family_ops():
     """The eight OpOverloads of the out_dtype feature."""

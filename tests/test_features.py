@@ -12,17 +12,18 @@ import torch
 import torch._inductor.compile_fx  # noqa: F401  (so that install() applies both stages at once)
 
 import inductor_addmm_fix as fix
-from helpers import differences, of_feature, tables_snapshot
+from helpers import differences, of_feature, tables_snapshot, unavailable_features
 from inductor_addmm_fix import features, installer
 from inductor_addmm_fix.activation import startup
 from inductor_addmm_fix.inductor import lowerings, reinplace, views
-from inductor_addmm_fix.dynamo import float_specializations, static_strides
+from inductor_addmm_fix.dynamo import float_specializations, power_of_2_sizes, static_strides
 from inductor_addmm_fix.inductor.passes import accumulate_pairs, chunk_order, post_grad_slot, slice_writes
 from inductor_addmm_fix.triton_kernels import clones, float_args
 
 ALL = frozenset(features.NAMES)
-#: A feature this torch cannot have is "unavailable", not applied (chunk_order before 2.10).
-AVAILABLE = {"chunk_order": chunk_order.supported()}
+#: A feature this environment cannot have is "unavailable", not applied (chunk_order before
+#: torch 2.10, power_of_2_sizes without Triton).
+AVAILABLE = {name: name not in unavailable_features() for name in features.NAMES}
 
 
 @pytest.fixture
@@ -93,6 +94,7 @@ def test_the_features_are_named_in_the_public_api():
         "triton_float_args",
         "float_specializations",
         "static_strides",
+        "power_of_2_sizes",
     )
 
 
@@ -188,6 +190,7 @@ FAILURES = {
     "triton_float_args": (float_args, "plan"),
     "float_specializations": (float_specializations, "plan"),
     "static_strides": (static_strides, "self_test"),  # fails after its patch is applied
+    "power_of_2_sizes": (power_of_2_sizes, "plan"),
 }
 
 

@@ -7,8 +7,7 @@ import torch
 
 import inductor_addmm_fix as fix
 from cases import OPS_BY_NAME, eager_fn, make_operands
-from helpers import differences, tables_snapshot, without_graph_caches
-from inductor_addmm_fix.inductor.passes import chunk_order
+from helpers import differences, tables_snapshot, unavailable_features, without_graph_caches
 
 # Stock failures we know, per torch release (the repro script uses the same list).
 STOCK_FAILURES = (
@@ -31,9 +30,7 @@ def test_import_installs_every_feature():
 
     status = fix.status()
     assert fix.is_installed() and status.installed
-    expected = {name: "applied" for name in fix.FEATURES}
-    if not chunk_order.supported():
-        expected.pop("chunk_order")
+    expected = {name: "applied" for name in fix.FEATURES if name not in unavailable_features()}
     assert {name: state for name, state in status.features.items() if name in expected} == expected
     applied = {p.name for p in status.patches if p.applied}
     assert "inductor.lowering.addmm.dtype" in applied

@@ -17,9 +17,8 @@ import torch._inductor.decomposition as inductor_decomposition
 import torch._inductor.lowering as L
 
 import inductor_addmm_fix as fix
-from helpers import differences, live_tables, of_feature, tables_snapshot
+from helpers import differences, live_tables, of_feature, tables_snapshot, unavailable_features
 from inductor_addmm_fix import features, installer
-from inductor_addmm_fix.inductor.passes import chunk_order
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -130,7 +129,7 @@ def test_install_works_again_once_torch_is_whole(stock, monkeypatch):
     assert not fix.is_installed()
     status = fix.install()
     assert status.installed
-    assert {state for name, state in status.features.items() if name != "chunk_order" or chunk_order.supported()} == {"applied"}
+    assert {state for name, state in status.features.items() if name not in unavailable_features()} == {"applied"}
     assert tables_snapshot(tables) != before
 
 

@@ -1,0 +1,111 @@
+"""Dynamo finds Triton's ``next_power_of_2`` of a symbolic size by comparisons: the same
+value, a constant for every size of its power-of-two range, no bitwise nest in the
+graph's sizes (which Inductor's index simplification takes minutes over)."""
+
+from unittest import mock
+
+import pytest
+import torch
+import torch._inductor.compile_fx  # noqa: F401  (the features here apply once Inductor is imported)
+from hypothesis import given, strategies as st
+from torch._dynamo.utils import counters
+from torch._dynamo.variables.functions import UserFunctionVariable
+
+import inductor_addmm_fix
+from inductor_addmm_fix.dynamo import power_of_2_sizes
+
+
+def next_power_of_2(n: int):
+    """Triton's bit twiddling, as ``triton.next_power_of_2`` is written."""
+    n -= 1
+    n |= n >> 1
+    n |= n >> 2
+    n |= n >> 4
+    n |= n >> 8
+    n |= n >> 16
+    n |= n >> 32
+    n += 1
+    return n
+
+
+def first_chunk(x):
+    """Liger's chunk size: the rows rounded up to a power of two, over 8."""
+    chunk = next_power_of_2((x.shape[0] + 7) // 8)
+    return x[:chunk] * 2
+
+
+def compile_first_chunk(redirected: bool):
+    """``first_chunk`` compiled with dynamic shapes, the bitwise function redirected or
+    not; returns (compiled function, the sizes of every graph's values as text)."""
+    sizes = []
+
+    def backend(gm, example_inputs):
+        sizes.append(" ".join(str(n.meta.get("example_value", "")) for n in gm.graph.nodes))
+        return gm.forward
+
+    compiled = torch.compile(first_chunk, backend=backend, dynamic=True)
+    stock = UserFunctionVariable.call_function
+    patched = power_of_2_sizes.redirect(stock, lambda: (next_power_of_2,)) if redirected else stock
+    return compiled, sizes, mock.patch.object(UserFunctionVariable, "call_function", patched)
+
+
+@given(st.integers(min_value=-3, max_value=2**40))
+def test_comparisons_give_triton_s_value(n):
+    assert power_of_2_sizes.next_power_of_2_by_comparisons(n) == next_power_of_2(n)
+
+
+def test_the_chunk_size_is_a_constant_of_the_size_s_range():
+    compiled, sizes, redirected = compile_first_chunk(redirected=True)
+    counters.clear()
+    with redirected:
+        for rows in (188, 170, 192, 175):
+            x = torch.randn(rows, 3)
+            torch.testing.assert_close(compiled(x), first_chunk(x), rtol=0, atol=0)
+    assert counters["stats"]["unique_graphs"] == 1  # all four in (128, 256]: chunk 32
+    assert "bitwise" not in sizes[0].lower()
+
+
+def test_a_size_in_another_range_recompiles_once_and_is_right():
+    compiled, sizes, redirected = compile_first_chunk(redirected=True)
+    counters.clear()
+    with redirected:
+        for rows in (188, 40, 33):
+            x = torch.randn(rows, 3)
+            torch.testing.assert_close(compiled(x), first_chunk(x), rtol=0, atol=0)
+    assert counters["stats"]["unique_graphs"] == 2  # (128, 256], then (32, 64]
+
+
+def test_stock_dynamo_carries_the_bitwise_nest_into_the_graph():
+    compiled, sizes, stock = compile_first_chunk(redirected=False)
+    with stock:
+        compiled(torch.randn(188, 3))
+    assert "bitwise" in sizes[0].lower()
+
+
+def test_the_probe_tells_the_bitwise_nest_from_comparisons():
+    assert power_of_2_sizes.builds_bitwise_nest(next_power_of_2)
+    assert not power_of_2_sizes.builds_bitwise_nest(power_of_2_sizes.next_power_of_2_by_comparisons)
+
+
+def test_the_feature_applies_where_triton_is_installed():
+    state = inductor_addmm_fix.status().features["power_of_2_sizes"]
+    if power_of_2_sizes.triton_next_power_of_2() is None:
+        assert state.startswith("unavailable") and "Triton is not installed" in state
+    else:
+        assert state == "applied"
+        assert UserFunctionVariable.call_function.__wrapped__ is not None
+
+
+@pytest.mark.skipif(power_of_2_sizes.triton_next_power_of_2() is None, reason="needs triton")
+def test_triton_s_own_function_is_redirected():
+    import triton
+
+    def chunk(x):
+        return x[: triton.next_power_of_2((x.shape[0] + 7) // 8)] * 2
+
+    counters.clear()
+    compiled = torch.compile(chunk, backend="eager", dynamic=True)
+    for rows in (188, 170):
+        x = torch.randn(rows, 3)
+        torch.testing.assert_close(compiled(x), chunk(x), rtol=0, atol=0)
+    assert counters["stats"]["unique_graphs"] == 1
