@@ -123,6 +123,7 @@ def live_tables() -> dict:
     from torch._subclasses.fake_impls import op_implementations_dict
 
     from torch._dynamo import convert_frame
+    from torch._dynamo.variables.functions import UserFunctionVariable
     from torch._dynamo.variables.tensor import TensorVariable
     from torch._higher_order_ops import triton_kernel_wrap
 
@@ -137,6 +138,7 @@ def live_tables() -> dict:
             "triton_float_args": (float_args.tensorify_caller(), "tensorify_python_scalars"),
             "float_specializations": (convert_frame, "_compile"),
             "static_strides": (TensorVariable, "specialize"),
+            "power_of_2_sizes": (UserFunctionVariable, "call_function"),
         },
         "decomp": decomposition_table,
         "meta": meta_table,
