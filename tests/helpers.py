@@ -106,6 +106,29 @@ def unavailable_features() -> set:
     return lacking
 
 
+def settled_states() -> dict:
+    """feature -> what a working install reports for it here: ``applied``; ``not needed
+    on this torch`` where its probe finds stock torch right (``triton_clones`` on 2.15);
+    ``unavailable on this torch`` (the start of the state) where the environment lacks
+    what it needs (:func:`unavailable_features`)."""
+    from inductor_addmm_fix.features import NAMES
+    from inductor_addmm_fix.triton_kernels import clones
+
+    states = {name: "applied" for name in NAMES}
+    if not clones.stock_copy_reads_storage_before_the_view():
+        states["triton_clones"] = "not needed on this torch"
+    for name in unavailable_features():
+        states[name] = "unavailable on this torch"
+    return states
+
+
+def settled(status, names=None) -> bool:
+    """Every named feature (default: all) in the state a working install gives it here;
+    ``status`` a :class:`Status` or its ``features`` mapping (as ``--json`` gives it)."""
+    features, want = getattr(status, "features", status), settled_states()
+    return all(features[n].startswith(want[n]) for n in (want if names is None else names))
+
+
 # ---------------------------------------------------------------- torch's slots
 def family_ops():
     """The eight OpOverloads of the out_dtype feature."""

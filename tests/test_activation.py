@@ -25,7 +25,7 @@ import pytest
 import torch
 
 from inductor_addmm_fix.features import NAMES
-from helpers import unavailable_features
+from helpers import settled
 from inductor_addmm_fix.version import __version__
 
 pytestmark = [pytest.mark.subprocess, pytest.mark.slow]
@@ -192,9 +192,7 @@ def test_active_after_import_torch_with_no_import_of_the_package(venv):
     assert report["imported_by_routes"]
     assert Path(report["file"]).is_relative_to(venv.site_packages)  # the wheel, not the checkout
     assert report["installed"] and report["activation"] == "entry-point"
-    assert {name: state for name, state in report["features"].items() if not state.startswith("unavailable")} == {
-        name: "applied" for name in report["features"] if name not in unavailable_features()
-    }
+    assert settled(report["features"]), report["features"]
     assert report["dtype"] == "torch.float32" and report["error"] < 1e-5
     assert report["lowered"] >= 1
 

@@ -12,7 +12,7 @@ import torch
 import torch._inductor.compile_fx  # noqa: F401  (so that install() applies both stages at once)
 
 import inductor_addmm_fix as fix
-from helpers import differences, of_feature, tables_snapshot, unavailable_features
+from helpers import differences, of_feature, settled, settled_states, tables_snapshot
 from inductor_addmm_fix import features, installer
 from inductor_addmm_fix.activation import startup
 from inductor_addmm_fix.inductor import lowerings, reinplace, views
@@ -21,9 +21,8 @@ from inductor_addmm_fix.inductor.passes import accumulate_pairs, chunk_order, po
 from inductor_addmm_fix.triton_kernels import clones, float_args
 
 ALL = frozenset(features.NAMES)
-#: A feature this environment cannot have is "unavailable", not applied (chunk_order before
-#: torch 2.10, power_of_2_sizes without Triton).
-AVAILABLE = {name: name not in unavailable_features() for name in features.NAMES}
+#: Features that change torch's slots here (not unavailable, not found unneeded by a probe).
+APPLIES = {name: state == "applied" for name, state in settled_states().items()}
 
 
 @pytest.fixture
@@ -38,14 +37,6 @@ def stock(monkeypatch):
     monkeypatch.undo()
     fix.uninstall()
     fix.install()
-
-
-def applied_or_unavailable(status, names) -> bool:
-    """Every named feature applied (or, where this torch lacks it, unavailable)."""
-    return all(
-        status.features[n] == "applied" if AVAILABLE.get(n, True) else status.features[n].startswith("unavailable on this torch")
-        for n in names
-    )
 
 
 def package_warnings(record) -> list[str]:
@@ -104,12 +95,12 @@ def test_each_feature_can_be_turned_off_by_install(stock, name):
     status = fix.install(features=f"-{name}")
     assert status.features[name] == f"off (install(features='-{name}'))"
     assert of_feature(tables_snapshot(), name) == of_feature(stock, name)  # its slots are stock
-    assert applied_or_unavailable(status, ALL - {name}), status.features
+    assert settled(status, ALL - {name}), status.features
     assert not any(p.feature == name for p in status.patches)
     assert status.installed
     status = fix.install()
-    assert applied_or_unavailable(status, ALL), status.features
-    assert of_feature(tables_snapshot(), name) != of_feature(stock, name) or not AVAILABLE.get(name, True)
+    assert settled(status, ALL), status.features
+    assert of_feature(tables_snapshot(), name) != of_feature(stock, name) or not APPLIES[name]
 
 
 @pytest.mark.parametrize("name", features.NAMES)
@@ -120,7 +111,7 @@ def test_each_feature_can_be_turned_off_by_the_environment_variable(stock, monke
     assert status.activation == "entry-point"
     assert status.features[name] == f"off (INDUCTOR_ADDMM_FIX=1,-{name})"
     assert of_feature(tables_snapshot(), name) == of_feature(stock, name)
-    assert applied_or_unavailable(status, ALL - {name}), status.features
+    assert settled(status, ALL - {name}), status.features
 
 
 def test_naming_features_selects_only_those(stock):
@@ -139,7 +130,7 @@ def test_the_environment_variable_off_selects_no_route_and_nothing(stock, monkey
 
 def test_install_features_none_applies_every_feature_whatever_the_variable_says(stock, monkeypatch):
     monkeypatch.setenv("INDUCTOR_ADDMM_FIX", "-views")
-    assert applied_or_unavailable(fix.install(), ALL)
+    assert settled(fix.install(), ALL)
 
 
 def test_unknown_names_warn_once_and_are_ignored(stock):
@@ -196,8 +187,8 @@ FAILURES = {
 
 @pytest.mark.parametrize("name", features.NAMES)
 def test_a_failure_in_one_feature_leaves_the_others_applied_and_warns_once(stock, monkeypatch, name):
-    if not AVAILABLE.get(name, True):
-        pytest.skip(f"{name} is unavailable on this torch")
+    if not APPLIES[name]:
+        pytest.skip(f"{name} is {settled_states()[name]}")
     module, function = FAILURES[name]
     monkeypatch.setattr(module, function, _raise)
     with warnings.catch_warnings(record=True) as record:
@@ -208,11 +199,11 @@ def test_a_failure_in_one_feature_leaves_the_others_applied_and_warns_once(stock
     assert f"the {name} feature could not be applied" in message and "simulated" in message
     for s in (status, again):
         assert s.features[name] == "failed: RuntimeError: simulated: torch internals changed under us"
-        assert applied_or_unavailable(s, ALL - {name}), s.features
+        assert settled(s, ALL - {name}), s.features
         assert not s.installed
     assert of_feature(tables_snapshot(), name) == of_feature(stock, name)  # every stage of it rolled back
     monkeypatch.undo()
-    assert applied_or_unavailable(fix.install(), ALL)  # torch is whole again: it applies
+    assert settled(fix.install(), ALL)  # torch is whole again: it applies
     fix.uninstall()
     after = tables_snapshot()
     assert after == stock, differences(stock, after)
@@ -223,11 +214,11 @@ def test_a_failure_of_shared_machinery_fails_the_features_that_need_it(stock, mo
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
         status = fix.install()
-    users = {"slice_writes", "accumulate_pairs"} | ({"chunk_order"} if AVAILABLE["chunk_order"] else set())
+    users = {"slice_writes", "accumulate_pairs"} | ({"chunk_order"} if APPLIES["chunk_order"] else set())
     assert {n for n, s in status.features.items() if s.startswith("failed: ")} == users
     assert all("post_grad_slot" in status.features[n] for n in users)
     assert len(package_warnings(record)) == len(users)
-    assert applied_or_unavailable(status, ALL - users)
+    assert settled(status, ALL - users)
     assert not post_grad_slot.is_chained_pass(torch._inductor.config.post_grad_custom_post_pass)
     assert "inductor_addmm_fix=" in torch.compiler.config.cache_key_tag  # still there for the others
 

@@ -7,7 +7,7 @@ import torch
 
 import inductor_addmm_fix as fix
 from cases import OPS_BY_NAME, eager_fn, make_operands
-from helpers import differences, tables_snapshot, unavailable_features, without_graph_caches
+from helpers import differences, settled, tables_snapshot, without_graph_caches
 
 # Stock failures we know, per torch release (the repro script uses the same list).
 STOCK_FAILURES = (
@@ -30,8 +30,7 @@ def test_import_installs_every_feature():
 
     status = fix.status()
     assert fix.is_installed() and status.installed
-    expected = {name: "applied" for name in fix.FEATURES if name not in unavailable_features()}
-    assert {name: state for name, state in status.features.items() if name in expected} == expected
+    assert settled(status), status.features
     applied = {p.name for p in status.patches if p.applied}
     assert "inductor.lowering.addmm.dtype" in applied
     assert "core.meta.baddbmm.dtype" in applied  # broken in every release up to 2.15
