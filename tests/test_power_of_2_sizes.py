@@ -34,19 +34,23 @@ def first_chunk(x):
     return x[:chunk] * 2
 
 
-def compile_first_chunk(redirected: bool):
-    """``first_chunk`` compiled with dynamic shapes, the bitwise function redirected or
-    not; returns (compiled function, the sizes of every graph's values as text)."""
+def redirected():
+    """Dynamo's calls of :func:`next_power_of_2` redirected, as the feature redirects
+    Triton's."""
+    stock = UserFunctionVariable.call_function
+    return mock.patch.object(UserFunctionVariable, "call_function", power_of_2_sizes.redirect(stock, lambda: (next_power_of_2,)))
+
+
+def compile_with_sizes(fn):
+    """``fn`` compiled with dynamic shapes; returns (compiled function, the sizes of
+    every graph's values as text)."""
     sizes = []
 
     def backend(gm, example_inputs):
         sizes.append(" ".join(str(n.meta.get("example_value", "")) for n in gm.graph.nodes))
         return gm.forward
 
-    compiled = torch.compile(first_chunk, backend=backend, dynamic=True)
-    stock = UserFunctionVariable.call_function
-    patched = power_of_2_sizes.redirect(stock, lambda: (next_power_of_2,)) if redirected else stock
-    return compiled, sizes, mock.patch.object(UserFunctionVariable, "call_function", patched)
+    return torch.compile(fn, backend=backend, dynamic=True), sizes
 
 
 @given(st.integers(min_value=-3, max_value=2**40))
@@ -55,9 +59,9 @@ def test_comparisons_give_triton_s_value(n):
 
 
 def test_the_chunk_size_is_a_constant_of_the_size_s_range():
-    compiled, sizes, redirected = compile_first_chunk(redirected=True)
+    compiled, sizes = compile_with_sizes(first_chunk)
     counters.clear()
-    with redirected:
+    with redirected():
         for rows in (188, 170, 192, 175):
             x = torch.randn(rows, 3)
             torch.testing.assert_close(compiled(x), first_chunk(x), rtol=0, atol=0)
@@ -65,20 +69,65 @@ def test_the_chunk_size_is_a_constant_of_the_size_s_range():
     assert "bitwise" not in sizes[0].lower()
 
 
-def test_a_size_in_another_range_recompiles_once_and_is_right():
-    compiled, sizes, redirected = compile_first_chunk(redirected=True)
+def test_the_rows_of_a_flattened_batch_are_a_size_too():
+    def first_chunk_of_rows(x):  # Liger: BT, H = x.view(-1, H).shape
+        return first_chunk(x.view(-1, x.shape[-1]))
+
+    compiled, sizes = compile_with_sizes(first_chunk_of_rows)
     counters.clear()
-    with redirected:
+    with redirected():
+        for batch, seq in ((2, 94), (5, 34), (4, 48)):  # 188, 170, 192 rows
+            x = torch.randn(batch, seq, 3)
+            torch.testing.assert_close(compiled(x), first_chunk_of_rows(x), rtol=0, atol=0)
+    assert counters["stats"]["unique_graphs"] == 1
+    assert "bitwise" not in sizes[0].lower()
+
+
+def test_a_size_in_another_range_recompiles_once_and_is_right():
+    compiled, _ = compile_with_sizes(first_chunk)
+    counters.clear()
+    with redirected():
         for rows in (188, 40, 33):
             x = torch.randn(rows, 3)
             torch.testing.assert_close(compiled(x), first_chunk(x), rtol=0, atol=0)
     assert counters["stats"]["unique_graphs"] == 2  # (128, 256], then (32, 64]
 
 
+def scaled_by_power_of_2(x, n):
+    """A data-dependent size: ``n.item()`` rounded up to a power of two."""
+    k = n.item()
+    torch._check(k >= 1)
+    torch._check(k <= 1024)
+    return x * next_power_of_2(k)
+
+
+def scaled_by_int(x, n: int):
+    return x * next_power_of_2(n)
+
+
+def test_a_value_read_with_item_keeps_triton_s_expression_and_one_graph():
+    compiled = torch.compile(scaled_by_power_of_2, backend="eager", fullgraph=True)
+    counters.clear()
+    with redirected(), torch._dynamo.config.patch(capture_scalar_outputs=True):
+        for n in (37, 100, 3):
+            x, size = torch.randn(4), torch.tensor(n)
+            torch.testing.assert_close(compiled(x, size), scaled_by_power_of_2(x, size), rtol=0, atol=0)
+    assert counters["stats"]["unique_graphs"] == 1  # comparisons would compile one graph per range
+
+
+def test_a_symbolic_int_keeps_triton_s_expression():
+    compiled = torch.compile(scaled_by_int, backend="eager")
+    counters.clear()
+    with redirected():
+        for n in (5, 9, 37, 100):  # static, then one dynamic graph for the rest
+            x = torch.randn(4)
+            torch.testing.assert_close(compiled(x, n), scaled_by_int(x, n), rtol=0, atol=0)
+    assert counters["stats"]["unique_graphs"] == 2
+
+
 def test_stock_dynamo_carries_the_bitwise_nest_into_the_graph():
-    compiled, sizes, stock = compile_first_chunk(redirected=False)
-    with stock:
-        compiled(torch.randn(188, 3))
+    compiled, sizes = compile_with_sizes(first_chunk)
+    compiled(torch.randn(188, 3))
     assert "bitwise" in sizes[0].lower()
 
 

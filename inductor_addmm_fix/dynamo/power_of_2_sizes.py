@@ -15,8 +15,11 @@ that Dynamo records as guards on the size's range (``16 < n <= 32``), so the chu
 is a constant for every size of that range and the slices are simple expressions.  A
 size outside the range recompiles once for its own range, where the stock trace would
 not; Liger's loop, whose number of chunks Dynamo already specializes, recompiles at
-those sizes anyway.  Only calls with a symbolic argument are redirected; eager code and
-Triton's own use are untouched.
+those sizes anyway.  Only calls on an expression of tensor sizes are redirected (every
+symbol of it a dimension of an input tensor): a symbolic Python int, or a value read with
+``.item()`` under ``capture_scalar_outputs``, keeps Triton's expression, since there the
+stock trace compiles one graph for every value and comparisons would compile one per
+power-of-two range.  Eager code and Triton's own use are untouched.
 
 Upstream: none known (a Dynamo polyfill for ``triton.next_power_of_2``, or sympy
 handling of the bitwise nest, would retire it).
@@ -55,17 +58,34 @@ def triton_next_power_of_2() -> Callable[..., Any] | None:
     return fn if callable(fn) and hasattr(fn, "__code__") else None
 
 
+def of_tensor_sizes(tx, value) -> bool:
+    """Whether ``value`` (a ``SymInt``) is an expression of tensor dimensions only: each of
+    its symbols has a source that is the size of a tensor."""
+    import torch
+    from torch._dynamo.source import TensorProperty, TensorPropertySource
+
+    if not isinstance(value, torch.SymInt):
+        return False
+    sources = tx.output.shape_env.var_to_sources
+    symbols = value.node.expr.free_symbols
+    return bool(symbols) and all(
+        any(isinstance(s, TensorPropertySource) and s.prop is TensorProperty.SIZE for s in sources.get(symbol, ()))
+        for symbol in symbols
+    )
+
+
 def redirect(stock: Callable[..., Any], targets: Callable[[], Any]) -> Callable[..., Any]:
     """``UserFunctionVariable.call_function`` that traces
     :func:`next_power_of_2_by_comparisons` where ``self.fn`` is one of ``targets()`` and
-    an argument is symbolic."""
+    its symbolic arguments are expressions of tensor sizes."""
     from torch._dynamo.variables import SymNodeVariable
     from torch._dynamo.variables.functions import UserFunctionVariable
 
     def call_function(self, tx, args, kwargs):
         fn = getattr(self, "fn", None)
         if getattr(fn, "__name__", None) == "next_power_of_2" and fn in targets():
-            if any(isinstance(a, SymNodeVariable) for a in args):
+            symbolic = [a for a in args if isinstance(a, SymNodeVariable)]
+            if symbolic and all(of_tensor_sizes(tx, a.sym_num) for a in symbolic):
                 return stock(UserFunctionVariable(next_power_of_2_by_comparisons), tx, args, kwargs)
         return stock(self, tx, args, kwargs)
 
