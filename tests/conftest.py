@@ -10,6 +10,7 @@ import shutil
 import sys
 import tempfile
 import zlib
+from pathlib import Path
 
 # A private Inductor cache for the session: /tmp/torchinductor_<user> is shared by
 # every process on the machine, and an artifact compiled elsewhere (with a patched
@@ -24,6 +25,27 @@ import torch  # noqa: E402
 sys.path.insert(0, os.path.dirname(__file__))
 
 import inductor_addmm_fix  # noqa: E402  (the import applies the fix)
+
+
+def _differences_from_the_checkout(used: Path, checkout: Path) -> list[str]:
+    """The package's source files that differ between the copy Python imported and this
+    checkout (missing on either side, or other bytes)."""
+    names = {p.relative_to(root).as_posix() for root in (used, checkout) for p in root.rglob("*.py")}
+    return sorted(n for n in names if not ((used / n).is_file() and (checkout / n).is_file() and (used / n).read_bytes() == (checkout / n).read_bytes()))
+
+
+def pytest_configure(config):
+    """A non-editable install (README's first command) is imported at interpreter
+    start-up by its .pth line, before this checkout is on sys.path: after an edit, the
+    tests would check the installed copy.  Stop instead, saying how to refresh it."""
+    used = Path(inductor_addmm_fix.__file__).resolve().parent
+    checkout = Path(__file__).resolve().parent.parent / "inductor_addmm_fix"
+    if used != checkout and (stale := _differences_from_the_checkout(used, checkout)):
+        raise pytest.UsageError(
+            f"the tests would run the installed inductor_addmm_fix at {used}, which differs from this "
+            f"checkout in {len(stale)} file(s) ({', '.join(stale[:3])}{', ...' if len(stale) > 3 else ''}); "
+            f"reinstall it: {sys.executable} -m pip install --no-deps {checkout.parent}"
+        )
 
 
 @pytest.fixture(autouse=True)
