@@ -13,19 +13,7 @@ from torch._dynamo.variables.functions import UserFunctionVariable
 
 import inductor_addmm_fix
 from inductor_addmm_fix.dynamo import power_of_2_sizes
-
-
-def next_power_of_2(n: int):
-    """Triton's bit twiddling, as ``triton.next_power_of_2`` is written."""
-    n -= 1
-    n |= n >> 1
-    n |= n >> 2
-    n |= n >> 4
-    n |= n >> 8
-    n |= n >> 16
-    n |= n >> 32
-    n += 1
-    return n
+from workloads import flce_in_power_of_2_chunks, next_power_of_2
 
 
 def first_chunk(x):
@@ -41,13 +29,18 @@ def redirected():
     return mock.patch.object(UserFunctionVariable, "call_function", power_of_2_sizes.redirect(stock, lambda: (next_power_of_2,)))
 
 
+def graph_sizes(gm) -> str:
+    """The values of a Dynamo graph (their sizes included) as text."""
+    return " ".join(str(n.meta.get("example_value", "")) for n in gm.graph.nodes)
+
+
 def compile_with_sizes(fn):
     """``fn`` compiled with dynamic shapes; returns (compiled function, the sizes of
     every graph's values as text)."""
     sizes = []
 
     def backend(gm, example_inputs):
-        sizes.append(" ".join(str(n.meta.get("example_value", "")) for n in gm.graph.nodes))
+        sizes.append(graph_sizes(gm))
         return gm.forward
 
     return torch.compile(fn, backend=backend, dynamic=True), sizes
@@ -158,3 +151,29 @@ def test_triton_s_own_function_is_redirected():
         x = torch.randn(rows, 3)
         torch.testing.assert_close(compiled(x), chunk(x), rtol=0, atol=0)
     assert counters["stats"]["unique_graphs"] == 1
+
+
+@pytest.mark.slow
+def test_a_training_loop_over_changing_row_counts_compiles_twice_and_is_right():
+    """Liger FLCE's forward (its chunk sizes, ``capture_scalar_outputs``), a new row
+    count at each step, compiled by Inductor: stock Inductor takes minutes over the
+    bitwise nest in the recompile for dynamic shapes (over 150 s here, not finished)."""
+    from torch._inductor.compile_fx import compile_fx
+
+    def inductor(gm, example_inputs):
+        assert "bitwise" not in graph_sizes(gm).lower(), "the chunk bounds carry Triton's bitwise nest"
+        return compile_fx(gm, example_inputs)
+
+    h, v = 8, 64  # chunks of next_power_of_2(rows / 8) rows: 6 of 32 at every row count below
+    w = torch.randn(v, h) / 4
+    compiled = torch.compile(flce_in_power_of_2_chunks, backend=inductor)
+    counters.clear()
+    with redirected(), torch._dynamo.config.patch(capture_scalar_outputs=True):
+        for rows in (188, 170, 192, 175):
+            x, target = torch.randn(rows, h), torch.randint(v, (rows,))
+            got = compiled(x, w, target)
+            want = flce_in_power_of_2_chunks(x.double(), w.double(), target)
+            for g, e in zip(got, want):
+                assert g.dtype == torch.float32
+                torch.testing.assert_close(g, e.float(), rtol=1e-5, atol=1e-6)
+    assert counters["stats"]["unique_graphs"] == 2  # the first row count, then dynamic

@@ -59,19 +59,42 @@ def flce_inputs(dtype):
 
 def flce_with_a_graph_break(x, w, target, chunk):
     """Liger 0.8.5's forward, reduced: gradient buffers, an ``.item()`` (a graph break
-    under Dynamo's default config), then per chunk the logits, their gradient,
-    grad_input written through mm(out=slice) and grad_weight accumulated with
-    addmm(out=grad_weight)."""
+    under Dynamo's default config), then per chunk (``range(cdiv(BT, chunk))``, the last
+    one cut at ``BT``) the logits, their gradient, grad_input written through
+    mm(out=slice) and grad_weight accumulated with addmm(out=grad_weight)."""
+    rows = x.shape[0]
     grad_input = torch.zeros_like(x)
     grad_weight = torch.zeros_like(w)
     n_valid = (target >= 0).sum().item()
     loss = x.new_zeros((), dtype=torch.float32)
-    for start in range(0, x.shape[0], chunk):
-        x_k = x[start : start + chunk]
+    for k in range((rows + chunk - 1) // chunk):
+        start, end = k * chunk, min((k + 1) * chunk, rows)
+        x_k = x[start:end]
         logits = x_k @ w.t()
-        onehot = torch.nn.functional.one_hot(target[start : start + chunk], w.shape[0]).to(logits.dtype)
+        onehot = torch.nn.functional.one_hot(target[start:end], w.shape[0]).to(logits.dtype)
         g = (torch.softmax(logits, -1) - onehot) / n_valid
         loss = loss + (torch.logsumexp(logits, -1) - (logits * onehot).sum(-1)).sum() / n_valid
-        torch.mm(g, w, out=grad_input[start : start + chunk])
+        torch.mm(g, w, out=grad_input[start:end])
         torch.addmm(grad_weight, g.t(), x_k, out=grad_weight)
     return loss, grad_input, grad_weight
+
+
+def next_power_of_2(n):
+    """``triton.next_power_of_2`` as Triton writes it (bit twiddling), for machines
+    without Triton; of the same name, which the redirect checks first."""
+    n -= 1
+    n |= n >> 1
+    n |= n >> 2
+    n |= n >> 4
+    n |= n >> 8
+    n |= n >> 16
+    n |= n >> 32
+    n += 1
+    return n
+
+
+def flce_in_power_of_2_chunks(x, w, target):
+    """:func:`flce_with_a_graph_break` in Liger's chunks: ``next_power_of_2(cdiv(BT,
+    V // H))`` rows each."""
+    inc_factor = w.shape[0] // x.shape[1]
+    return flce_with_a_graph_break(x, w, target, next_power_of_2((x.shape[0] + inc_factor - 1) // inc_factor))
