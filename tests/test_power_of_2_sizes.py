@@ -76,6 +76,20 @@ def test_the_rows_of_a_flattened_batch_are_a_size_too():
     assert "bitwise" not in sizes[0].lower()
 
 
+def test_a_size_divided_by_a_symbolic_int_is_a_size():
+    def first_chunk_per(x, per: int):  # Liger 0.8.5: cdiv(BT, inc_factor), chunk_mem_const an int
+        return x[: next_power_of_2((x.shape[0] + per - 1) // per)] * 2
+
+    compiled, sizes = compile_with_sizes(first_chunk_per)
+    counters.clear()
+    with redirected():
+        for rows in (188, 170, 192):
+            x = torch.randn(rows, 3)
+            torch.testing.assert_close(compiled(x, 8), first_chunk_per(x, 8), rtol=0, atol=0)
+    assert counters["stats"]["unique_graphs"] == 1
+    assert "bitwise" not in sizes[0].lower()
+
+
 def test_a_size_in_another_range_recompiles_once_and_is_right():
     compiled, _ = compile_with_sizes(first_chunk)
     counters.clear()
@@ -154,26 +168,28 @@ def test_triton_s_own_function_is_redirected():
 
 
 @pytest.mark.slow
-def test_a_training_loop_over_changing_row_counts_compiles_twice_and_is_right():
+@pytest.mark.parametrize("dynamic", [None, True], ids=["automatic-dynamic", "dynamic"])
+def test_a_training_loop_over_changing_row_counts_compiles_twice_and_is_right(dynamic):
     """Liger FLCE's forward (its chunk sizes, ``capture_scalar_outputs``), a new row
     count at each step, compiled by Inductor: stock Inductor takes minutes over the
-    bitwise nest in the recompile for dynamic shapes (over 150 s here, not finished)."""
+    bitwise nest in the compile for dynamic shapes (over 150 s here, not finished)."""
     from torch._inductor.compile_fx import compile_fx
 
     def inductor(gm, example_inputs):
         assert "bitwise" not in graph_sizes(gm).lower(), "the chunk bounds carry Triton's bitwise nest"
         return compile_fx(gm, example_inputs)
 
-    h, v = 8, 64  # chunks of next_power_of_2(rows / 8) rows: 6 of 32 at every row count below
+    h, v = 4, 64  # chunks of next_power_of_2(rows / cdiv(64, 2 * 4)) rows: 6 of 32 at every row count below
     w = torch.randn(v, h) / 4
-    compiled = torch.compile(flce_in_power_of_2_chunks, backend=inductor)
+    compiled = torch.compile(flce_in_power_of_2_chunks, backend=inductor, dynamic=dynamic)
     counters.clear()
     with redirected(), torch._dynamo.config.patch(capture_scalar_outputs=True):
         for rows in (188, 170, 192, 175):
             x, target = torch.randn(rows, h), torch.randint(v, (rows,))
-            got = compiled(x, w, target)
-            want = flce_in_power_of_2_chunks(x.double(), w.double(), target)
+            got = compiled(x, w, target, 2)
+            want = flce_in_power_of_2_chunks(x.double(), w.double(), target, 2)
             for g, e in zip(got, want):
                 assert g.dtype == torch.float32
                 torch.testing.assert_close(g, e.float(), rtol=1e-5, atol=1e-6)
-    assert counters["stats"]["unique_graphs"] == 2  # the first row count, then dynamic
+    # automatic dynamic: the first row count, then dynamic shapes; dynamic=True: one
+    assert counters["stats"]["unique_graphs"] == (2 if dynamic is None else 1)

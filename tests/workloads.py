@@ -93,8 +93,8 @@ def next_power_of_2(n):
     return n
 
 
-def flce_in_power_of_2_chunks(x, w, target):
-    """:func:`flce_with_a_graph_break` in Liger's chunks: ``next_power_of_2(cdiv(BT,
-    V // H))`` rows each."""
-    inc_factor = w.shape[0] // x.shape[1]
+def flce_in_power_of_2_chunks(x, w, target, chunk_mem_const: int = 1):
+    """:func:`flce_with_a_graph_break` in Liger 0.8.5's chunks:
+    ``next_power_of_2(cdiv(BT, cdiv(V, chunk_mem_const * H)))`` rows each."""
+    inc_factor = (w.shape[0] + chunk_mem_const * x.shape[1] - 1) // (chunk_mem_const * x.shape[1])
     return flce_with_a_graph_break(x, w, target, next_power_of_2((x.shape[0] + inc_factor - 1) // inc_factor))

@@ -15,11 +15,13 @@ that Dynamo records as guards on the size's range (``16 < n <= 32``), so the chu
 is a constant for every size of that range and the slices are simple expressions.  A
 size outside the range recompiles once for its own range, where the stock trace would
 not; Liger's loop, whose number of chunks Dynamo already specializes, recompiles at
-those sizes anyway.  Only calls on an expression of tensor sizes are redirected (every
-symbol of it a dimension of an input tensor): a symbolic Python int, or a value read with
-``.item()`` under ``capture_scalar_outputs``, keeps Triton's expression, since there the
-stock trace compiles one graph for every value and comparisons would compile one per
-power-of-two range.  Eager code and Triton's own use are untouched.
+those sizes anyway.  Only calls on a size are redirected: an expression with a tensor's
+dimension among its symbols (Liger's ``cdiv(BT, cdiv(V, chunk_mem_const * H))``, where
+``chunk_mem_const`` is a symbolic int under ``dynamic=True``).  A symbolic Python int or a
+value read with ``.item()`` alone keeps Triton's expression, since there the stock trace
+compiles one graph for every value and comparisons would compile one per power-of-two
+range; so does an expression with an unbacked symbol, which has no value to compare while
+tracing.  Eager code and Triton's own use are untouched.
 
 Upstream: none known (a Dynamo polyfill for ``triton.next_power_of_2``, or sympy
 handling of the bitwise nest, would retire it).
@@ -58,26 +60,27 @@ def triton_next_power_of_2() -> Callable[..., Any] | None:
     return fn if callable(fn) and hasattr(fn, "__code__") else None
 
 
-def of_tensor_sizes(tx, value) -> bool:
-    """Whether ``value`` (a ``SymInt``) is an expression of tensor dimensions only: each of
-    its symbols has a source that is the size of a tensor."""
+def is_a_size(tx, value) -> bool:
+    """Whether ``value`` (a ``SymInt``) depends on the size of a tensor: one of its symbols
+    has a tensor's dimension as its source, and none is unbacked."""
     import torch
     from torch._dynamo.source import TensorProperty, TensorPropertySource
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
-    if not isinstance(value, torch.SymInt):
+    if not isinstance(value, torch.SymInt) or free_unbacked_symbols(value):
         return False
     sources = tx.output.shape_env.var_to_sources
-    symbols = value.node.expr.free_symbols
-    return bool(symbols) and all(
-        any(isinstance(s, TensorPropertySource) and s.prop is TensorProperty.SIZE for s in sources.get(symbol, ()))
-        for symbol in symbols
+    return any(
+        isinstance(source, TensorPropertySource) and source.prop is TensorProperty.SIZE
+        for symbol in value.node.expr.free_symbols
+        for source in sources.get(symbol, ())
     )
 
 
 def redirect(stock: Callable[..., Any], targets: Callable[[], Any]) -> Callable[..., Any]:
     """``UserFunctionVariable.call_function`` that traces
     :func:`next_power_of_2_by_comparisons` where ``self.fn`` is one of ``targets()`` and
-    its symbolic arguments are expressions of tensor sizes."""
+    its symbolic arguments are sizes (:func:`is_a_size`)."""
     from torch._dynamo.variables import SymNodeVariable
     from torch._dynamo.variables.functions import UserFunctionVariable
 
@@ -85,7 +88,7 @@ def redirect(stock: Callable[..., Any], targets: Callable[[], Any]) -> Callable[
         fn = getattr(self, "fn", None)
         if getattr(fn, "__name__", None) == "next_power_of_2" and fn in targets():
             symbolic = [a for a in args if isinstance(a, SymNodeVariable)]
-            if symbolic and all(of_tensor_sizes(tx, a.sym_num) for a in symbolic):
+            if symbolic and all(is_a_size(tx, a.sym_num) for a in symbolic):
                 return stock(UserFunctionVariable(next_power_of_2_by_comparisons), tx, args, kwargs)
         return stock(self, tx, args, kwargs)
 
