@@ -193,3 +193,21 @@ def test_a_training_loop_over_changing_row_counts_compiles_twice_and_is_right(dy
                 torch.testing.assert_close(g, e.float(), rtol=1e-5, atol=1e-6)
     # automatic dynamic: the first row count, then dynamic shapes; dynamic=True: one
     assert counters["stats"]["unique_graphs"] == (2 if dynamic is None else 1)
+
+
+@pytest.mark.skipif(power_of_2_sizes.triton_next_power_of_2() is None, reason="needs triton")
+def test_liger_s_chunk_size_reaches_the_graph_without_the_bitwise_nest():
+    liger = pytest.importorskip("liger_kernel.transformers.functional", reason="needs liger-kernel")
+    sizes = []
+
+    def first_graph_only(gm, example_inputs):  # tracing is what is tested: Liger's kernels need a GPU
+        sizes.append(graph_sizes(gm))
+        raise RuntimeError("traced")
+
+    def head(x, w, target):
+        return liger.liger_fused_linear_cross_entropy(x, w, target, reduction="mean")
+
+    x, w = torch.randn(188, 64, dtype=torch.bfloat16), torch.randn(512, 64, dtype=torch.bfloat16)
+    with pytest.raises(torch._dynamo.exc.BackendCompilerFailed, match="traced"):
+        torch.compile(head, backend=first_graph_only, dynamic=True)(x, w, torch.randint(512, (188,)))
+    assert "bitwise" not in sizes[0].lower()
