@@ -192,9 +192,9 @@ def _hint(size: Any) -> int:
         return size
     from torch.fx.experimental import symbolic_shapes
 
-    # torch 2.15 names it optimization_hint, 2.11 size_hint (hint_int warns there), 2.8 hint_int.
-    hint = next(getattr(symbolic_shapes, n) for n in ("optimization_hint", "size_hint", "hint_int") if hasattr(symbolic_shapes, n))
     try:
+        # torch 2.15 names it optimization_hint, 2.11 size_hint (hint_int warns there), 2.8 hint_int.
+        hint = next(getattr(symbolic_shapes, n) for n in ("optimization_hint", "size_hint", "hint_int") if hasattr(symbolic_shapes, n))
         return int(hint(size, fallback=8192))
     except Exception:
         return 8192
