@@ -9,7 +9,8 @@
 #               default 6); one JSON line per case in $OUT/loop.jsonl (python scripts/loop_table.py
 #               renders it); LOOP_FEATURES=<spec> runs it with those features (e.g. -accumulate_pairs)
 #   ligersuite  Liger 0.8.5's own FLCE test file (from .whl/liger_kernel-0.8.5.tar.gz) with
-#               one compiled FLCE Function per worker (tests/gpu/liger_compiled_plugin.py)
+#               one compiled FLCE Function per worker (tests/gpu/liger_compiled_plugin.py);
+#               LIGER_WORKERS (default 4) workers, LIGER_TIMEOUT (default 560) seconds
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-cache
@@ -41,7 +42,7 @@ for what in "$@"; do
       LOOP_RESULTS="$OUT/loop.jsonl" PYTHONPATH="$PYTHONPATH:/tmp/site-0.8.5" step loop ${LOOP_TIMEOUT:-560} python3 -m pytest -q -p no:cacheprovider -n ${LOOP_WORKERS:-6} -k "${LOOP_K:-}" -rfE tests/gpu/test_liger_training_loop.py --tb=short ;;
     ligersuite) install_liger 0.8.5
       rm -rf /tmp/liger-src && mkdir -p /tmp/liger-src && tar xzf .whl/liger_kernel-0.8.5.tar.gz -C /tmp/liger-src --strip-components=1
-      (cd /tmp/liger-src && PYTHONPATH="$OLDPWD:$OLDPWD/tests/gpu:/tmp/site-0.8.5:/tmp/liger-src" step ligersuite 560 python3 -m pytest -q -p no:cacheprovider -n 4 -p liger_compiled_plugin -rfE --timeout 200 test/transformers/test_fused_linear_cross_entropy.py --tb=short) ;;
+      (cd /tmp/liger-src && PYTHONPATH="$OLDPWD:$OLDPWD/tests/gpu:/tmp/site-0.8.5:/tmp/liger-src" step ligersuite ${LIGER_TIMEOUT:-560} python3 -m pytest -q -p no:cacheprovider -n ${LIGER_WORKERS:-4} -p liger_compiled_plugin -rfE --timeout 200 test/transformers/test_fused_linear_cross_entropy.py --tb=short) ;;
     errors) step error-parity 150 python3 -m pytest -q -s -p no:cacheprovider -rA tests/gpu/test_error_parity_cuda.py --tb=short ;;
     liger085) install_liger 0.8.5
       PYTHONPATH="$PYTHONPATH:/tmp/site-0.8.5" step liger-0.8.5 420 python3 -m pytest -q -s -p no:cacheprovider -rA tests/gpu/test_liger_flce.py -m "not class_weights" -k "not compile_modes" --tb=short ;;
