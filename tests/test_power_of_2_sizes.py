@@ -1,6 +1,7 @@
-"""Dynamo finds Triton's ``next_power_of_2`` of a symbolic size by comparisons: the same
-value, a constant for every size of its power-of-two range, no bitwise nest in the
-graph's sizes (which Inductor's index simplification takes minutes over)."""
+"""Dynamo finds Triton's ``next_power_of_2`` of a chunk size (a size divided into parts)
+by comparisons: the same value, a constant for every size of its power-of-two range, no
+bitwise nest in the graph's sizes (which Inductor's index simplification takes minutes
+over).  Other arguments keep Triton's expression and the stock number of graphs."""
 
 from unittest import mock
 
@@ -76,7 +77,7 @@ def test_the_rows_of_a_flattened_batch_are_a_size_too():
     assert "bitwise" not in sizes[0].lower()
 
 
-def test_a_size_divided_by_a_symbolic_int_is_a_size():
+def test_a_size_divided_by_a_symbolic_int_is_a_chunk_size():
     def first_chunk_per(x, per: int):  # Liger 0.8.5: cdiv(BT, inc_factor), chunk_mem_const an int
         return x[: next_power_of_2((x.shape[0] + per - 1) // per)] * 2
 
@@ -98,6 +99,26 @@ def test_a_size_in_another_range_recompiles_once_and_is_right():
             x = torch.randn(rows, 3)
             torch.testing.assert_close(compiled(x), first_chunk(x), rtol=0, atol=0)
     assert counters["stats"]["unique_graphs"] == 2  # (128, 256], then (32, 64]
+
+
+def scaled_by_block_size(x):
+    """A kernel's block size: a dimension rounded up to a power of two, clipped."""
+    return x * min(max(next_power_of_2(x.shape[0]), 128), 4096)
+
+
+def scaled_by_rows_power_of_2(x):
+    return x[: x.shape[0] // 2] * next_power_of_2(x.shape[0])
+
+
+@pytest.mark.parametrize("fn", [scaled_by_block_size, scaled_by_rows_power_of_2], ids=["clipped", "scalar"])
+def test_a_dimension_not_divided_keeps_triton_s_expression_and_one_dynamic_graph(fn):
+    compiled = torch.compile(fn, backend="eager")
+    counters.clear()
+    with redirected():
+        for rows in (100, 300, 700, 1500, 3000, 6000):  # six power-of-two ranges
+            x = torch.randn(rows)
+            torch.testing.assert_close(compiled(x), fn(x), rtol=0, atol=0)
+    assert counters["stats"]["unique_graphs"] == 2  # the first size, then dynamic shapes; comparisons: one per range
 
 
 def scaled_by_power_of_2(x, n):

@@ -15,13 +15,18 @@ that Dynamo records as guards on the size's range (``16 < n <= 32``), so the chu
 is a constant for every size of that range and the slices are simple expressions.  A
 size outside the range recompiles once for its own range, where the stock trace would
 not; Liger's loop, whose number of chunks Dynamo already specializes, recompiles at
-those sizes anyway.  Only calls on a size are redirected: an expression with a tensor's
-dimension among its symbols (Liger's ``cdiv(BT, cdiv(V, chunk_mem_const * H))``, where
-``chunk_mem_const`` is a symbolic int under ``dynamic=True``).  A symbolic Python int or a
-value read with ``.item()`` alone keeps Triton's expression, since there the stock trace
-compiles one graph for every value and comparisons would compile one per power-of-two
-range; so does an expression with an unbacked symbol, which has no value to compare while
-tracing.  Eager code and Triton's own use are untouched.
+those sizes anyway.
+
+Only a chunk size is redirected: an integer division of a size, an expression with a
+tensor's dimension among its symbols and a floor or ceiling division in it (Liger's
+``cdiv(BT, cdiv(V, chunk_mem_const * H))``, where ``chunk_mem_const`` is a symbolic int
+under ``dynamic=True``).  Everything else keeps Triton's expression, because there the
+stock trace compiles fewer graphs than comparisons would: a block size of a dimension
+(``min(next_power_of_2(n), 4096)`` as a kernel's constexpr guards on the clipped value,
+one graph for every ``n`` above 2048, and a grid or a scalar use guards on nothing), a
+symbolic Python int or a value read with ``.item()`` (one graph for every value), and an
+expression with an unbacked symbol (no value to compare while tracing).  Eager code and
+Triton's own use are untouched.
 
 Upstream: none known (a Dynamo polyfill for ``triton.next_power_of_2``, or sympy
 handling of the bitwise nest, would retire it).
@@ -60,14 +65,19 @@ def triton_next_power_of_2() -> Callable[..., Any] | None:
     return fn if callable(fn) and hasattr(fn, "__code__") else None
 
 
-def is_a_size(tx, value) -> bool:
-    """Whether ``value`` (a ``SymInt``) depends on the size of a tensor: one of its symbols
-    has a tensor's dimension as its source, and none is unbacked."""
+def is_a_chunk_size(tx, value) -> bool:
+    """Whether ``value`` (a ``SymInt``) divides the size of a tensor into parts: one of its
+    symbols has a tensor's dimension as its source, none is unbacked, and its expression
+    holds a floor or ceiling division."""
     import torch
     from torch._dynamo.source import TensorProperty, TensorPropertySource
     from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+    from torch.utils._sympy import functions
 
     if not isinstance(value, torch.SymInt) or free_unbacked_symbols(value):
+        return False
+    divisions = tuple(getattr(functions, name) for name in ("FloorDiv", "CeilDiv") if hasattr(functions, name))
+    if not value.node.expr.has(*divisions):
         return False
     sources = tx.output.shape_env.var_to_sources
     return any(
@@ -80,7 +90,7 @@ def is_a_size(tx, value) -> bool:
 def redirect(stock: Callable[..., Any], targets: Callable[[], Any]) -> Callable[..., Any]:
     """``UserFunctionVariable.call_function`` that traces
     :func:`next_power_of_2_by_comparisons` where ``self.fn`` is one of ``targets()`` and
-    its symbolic arguments are sizes (:func:`is_a_size`)."""
+    its symbolic arguments are chunk sizes (:func:`is_a_chunk_size`)."""
     from torch._dynamo.variables import SymNodeVariable
     from torch._dynamo.variables.functions import UserFunctionVariable
 
@@ -88,7 +98,7 @@ def redirect(stock: Callable[..., Any], targets: Callable[[], Any]) -> Callable[
         fn = getattr(self, "fn", None)
         if getattr(fn, "__name__", None) == "next_power_of_2" and fn in targets():
             symbolic = [a for a in args if isinstance(a, SymNodeVariable)]
-            if symbolic and all(is_a_size(tx, a.sym_num) for a in symbolic):
+            if symbolic and all(is_a_chunk_size(tx, a.sym_num) for a in symbolic):
                 return stock(UserFunctionVariable(next_power_of_2_by_comparisons), tx, args, kwargs)
         return stock(self, tx, args, kwargs)
 
