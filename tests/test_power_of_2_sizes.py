@@ -47,6 +47,17 @@ def compile_with_sizes(fn):
     return torch.compile(fn, backend=backend, dynamic=True), sizes
 
 
+def graphs_over(compiled, fn, calls, **config):
+    """Calls ``compiled`` with each argument tuple of ``calls``, Dynamo's calls of
+    :func:`next_power_of_2` redirected and ``config`` set, each result equal to ``fn``'s;
+    returns the number of graphs compiled."""
+    counters.clear()
+    with redirected(), torch._dynamo.config.patch(**config):
+        for args in calls:
+            torch.testing.assert_close(compiled(*args), fn(*args), rtol=0, atol=0)
+    return counters["stats"]["unique_graphs"]
+
+
 @given(st.integers(min_value=-3, max_value=2**40))
 def test_comparisons_give_triton_s_value(n):
     assert power_of_2_sizes.next_power_of_2_by_comparisons(n) == next_power_of_2(n)
@@ -54,12 +65,8 @@ def test_comparisons_give_triton_s_value(n):
 
 def test_the_chunk_size_is_a_constant_of_the_size_s_range():
     compiled, sizes = compile_with_sizes(first_chunk)
-    counters.clear()
-    with redirected():
-        for rows in (188, 170, 192, 175):
-            x = torch.randn(rows, 3)
-            torch.testing.assert_close(compiled(x), first_chunk(x), rtol=0, atol=0)
-    assert counters["stats"]["unique_graphs"] == 1  # all four in (128, 256]: chunk 32
+    calls = [(torch.randn(rows, 3),) for rows in (188, 170, 192, 175)]
+    assert graphs_over(compiled, first_chunk, calls) == 1  # all four in (128, 256]: chunk 32
     assert "bitwise" not in sizes[0].lower()
 
 
@@ -68,12 +75,8 @@ def test_the_rows_of_a_flattened_batch_are_a_size_too():
         return first_chunk(x.view(-1, x.shape[-1]))
 
     compiled, sizes = compile_with_sizes(first_chunk_of_rows)
-    counters.clear()
-    with redirected():
-        for batch, seq in ((2, 94), (5, 34), (4, 48)):  # 188, 170, 192 rows
-            x = torch.randn(batch, seq, 3)
-            torch.testing.assert_close(compiled(x), first_chunk_of_rows(x), rtol=0, atol=0)
-    assert counters["stats"]["unique_graphs"] == 1
+    calls = [(torch.randn(batch, seq, 3),) for batch, seq in ((2, 94), (5, 34), (4, 48))]  # 188, 170, 192 rows
+    assert graphs_over(compiled, first_chunk_of_rows, calls) == 1
     assert "bitwise" not in sizes[0].lower()
 
 
@@ -82,23 +85,15 @@ def test_a_size_divided_by_a_symbolic_int_is_a_chunk_size():
         return x[: next_power_of_2((x.shape[0] + per - 1) // per)] * 2
 
     compiled, sizes = compile_with_sizes(first_chunk_per)
-    counters.clear()
-    with redirected():
-        for rows in (188, 170, 192):
-            x = torch.randn(rows, 3)
-            torch.testing.assert_close(compiled(x, 8), first_chunk_per(x, 8), rtol=0, atol=0)
-    assert counters["stats"]["unique_graphs"] == 1
+    calls = [(torch.randn(rows, 3), 8) for rows in (188, 170, 192)]
+    assert graphs_over(compiled, first_chunk_per, calls) == 1
     assert "bitwise" not in sizes[0].lower()
 
 
 def test_a_size_in_another_range_recompiles_once_and_is_right():
     compiled, _ = compile_with_sizes(first_chunk)
-    counters.clear()
-    with redirected():
-        for rows in (188, 40, 33):
-            x = torch.randn(rows, 3)
-            torch.testing.assert_close(compiled(x), first_chunk(x), rtol=0, atol=0)
-    assert counters["stats"]["unique_graphs"] == 2  # (128, 256], then (32, 64]
+    calls = [(torch.randn(rows, 3),) for rows in (188, 40, 33)]
+    assert graphs_over(compiled, first_chunk, calls) == 2  # (128, 256], then (32, 64]
 
 
 def scaled_by_block_size(x):
@@ -112,13 +107,9 @@ def scaled_by_rows_power_of_2(x):
 
 @pytest.mark.parametrize("fn", [scaled_by_block_size, scaled_by_rows_power_of_2], ids=["clipped", "scalar"])
 def test_a_dimension_not_divided_keeps_triton_s_expression_and_one_dynamic_graph(fn):
-    compiled = torch.compile(fn, backend="eager")
-    counters.clear()
-    with redirected():
-        for rows in (100, 300, 700, 1500, 3000, 6000):  # six power-of-two ranges
-            x = torch.randn(rows)
-            torch.testing.assert_close(compiled(x), fn(x), rtol=0, atol=0)
-    assert counters["stats"]["unique_graphs"] == 2  # the first size, then dynamic shapes; comparisons: one per range
+    calls = [(torch.randn(rows),) for rows in (100, 300, 700, 1500, 3000, 6000)]  # six power-of-two ranges
+    # the first size, then dynamic shapes; comparisons: one per range
+    assert graphs_over(torch.compile(fn, backend="eager"), fn, calls) == 2
 
 
 def scaled_by_power_of_2(x, n):
@@ -135,22 +126,15 @@ def scaled_by_int(x, n: int):
 
 def test_a_value_read_with_item_keeps_triton_s_expression_and_one_graph():
     compiled = torch.compile(scaled_by_power_of_2, backend="eager", fullgraph=True)
-    counters.clear()
-    with redirected(), torch._dynamo.config.patch(capture_scalar_outputs=True):
-        for n in (37, 100, 3):
-            x, size = torch.randn(4), torch.tensor(n)
-            torch.testing.assert_close(compiled(x, size), scaled_by_power_of_2(x, size), rtol=0, atol=0)
-    assert counters["stats"]["unique_graphs"] == 1  # comparisons would compile one graph per range
+    calls = [(torch.randn(4), torch.tensor(n)) for n in (37, 100, 3)]
+    # comparisons would compile one graph per range
+    assert graphs_over(compiled, scaled_by_power_of_2, calls, capture_scalar_outputs=True) == 1
 
 
 def test_a_symbolic_int_keeps_triton_s_expression():
-    compiled = torch.compile(scaled_by_int, backend="eager")
-    counters.clear()
-    with redirected():
-        for n in (5, 9, 37, 100):  # static, then one dynamic graph for the rest
-            x = torch.randn(4)
-            torch.testing.assert_close(compiled(x, n), scaled_by_int(x, n), rtol=0, atol=0)
-    assert counters["stats"]["unique_graphs"] == 2
+    calls = [(torch.randn(4), n) for n in (5, 9, 37, 100)]
+    # static, then one dynamic graph for the rest
+    assert graphs_over(torch.compile(scaled_by_int, backend="eager"), scaled_by_int, calls) == 2
 
 
 def test_stock_dynamo_carries_the_bitwise_nest_into_the_graph():
