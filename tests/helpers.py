@@ -65,6 +65,21 @@ def compile_and_run(fn, *args, fullgraph=True, dynamic=False, post_grad_passes=T
     return Compiled(result, codes, dict(counters[COUNTER]), compiled)
 
 
+def call_again(compiled: Compiled, *args) -> Compiled:
+    """Call ``compiled.fn`` again, keeping what Dynamo compiled before (a new shape
+    recompiles it with symbolic sizes: automatic dynamic shapes), counters cleared
+    first; ``codes``: the graphs this call compiled."""
+    from unittest import mock
+
+    from torch._inductor.graph import GraphLowering
+
+    counters[COUNTER].clear()
+    codes: list = []
+    with without_graph_caches(), mock.patch.object(GraphLowering, "save_output_code", codes.append):
+        result = compiled.fn(*args)
+    return Compiled(result, codes, dict(counters[COUNTER]), compiled.fn)
+
+
 _ALLOC = re.compile(r"^\s*(buf\d+) = empty_strided_cpu\(\(([^)]*)\), \([^)]*\), (torch\.\w+)\)")
 
 

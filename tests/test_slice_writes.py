@@ -124,12 +124,47 @@ def test_chains_it_cannot_prove_or_that_are_short_are_left_alone(fn, n):
     assert str(gm.graph) == before
 
 
-def test_symbolic_sizes_are_left_alone():
+def test_a_cat_with_symbolic_bounds_is_left_alone():
     base, pieces = torch.randn(MANY * 2, H), [torch.randn(2, H) for _ in range(MANY)]
     gm = traced(lambda base, *p: write_chunks(base, *p, rows=p[0].shape[0]), base, pieces, "symbolic")
     before = str(gm.graph)
     assert rewrite(gm) == (0, {})
     assert str(gm.graph) == before
+
+
+def write_rows_back_into_the_input(base, *pieces):
+    """:func:`write_chunks_back_into_the_input` with bounds from the pieces' sizes
+    (symbolic when traced symbolically)."""
+    out = write_chunks(base, *pieces, rows=pieces[0].shape[0])
+    base.copy_(out)
+    return base.sum()
+
+
+def test_writes_into_a_graph_input_with_symbolic_bounds_become_copies_into_its_slices():
+    base, pieces = torch.randn(8, H), [torch.randn(2, H) for _ in range(4)]
+    gm = traced(write_rows_back_into_the_input, base, pieces, "symbolic")
+    bounds = [n.args[3] for n in gm.graph.nodes if n.target is aten.slice_scatter.default]
+    assert any(isinstance(b, torch.fx.Node) for b in bounds)  # the control: bounds are symbolic
+    assert rewrite(gm) == (1, {"chains": 1, "pieces": 4, "in_place": 1})
+    assert aten.slice_scatter.default not in targets(gm)
+    expected = base.clone()
+    total = write_rows_back_into_the_input(expected, *pieces)
+    assert torch.equal(gm(base, *pieces), total) and torch.equal(base, expected)
+
+
+def overlapping_back_into_the_input(base, *pieces):
+    out = overlapping(base, *pieces)
+    base.copy_(out)
+    return base.sum()
+
+
+def test_overlapping_writes_into_a_graph_input_are_written_in_order():
+    base, pieces = torch.randn(MANY + 2, H), [torch.randn(2, H) for _ in range(MANY)]
+    gm = traced(overlapping_back_into_the_input, base, pieces)
+    assert rewrite(gm) == (1, {"chains": 1, "pieces": MANY, "in_place": 1})
+    expected = base.clone()
+    total = overlapping_back_into_the_input(expected, *pieces)
+    assert torch.equal(gm(base, *pieces), total) and torch.equal(base, expected)  # the later write wins
 
 
 def test_the_pass_never_raises(monkeypatch):
@@ -234,6 +269,22 @@ def test_writes_into_a_graph_input_go_straight_into_its_slices(chunk):
     assert compiled.events("slice_writes") == {"chains": 1, "pieces": writes, "in_place": 1}
     # No buffer of the input's size: neither a cat nor a copy of the whole input.
     assert f"empty_strided_cpu(({bt}, {H})" not in compiled.codes[0]
+    expected = start.double()
+    expected_total = into_a_graph_input(expected, x.double(), w.double(), chunk)
+    assert_close_to_float64(buf, expected)
+    assert_close_to_float64(compiled.result, expected_total)
+
+
+@pytest.mark.parametrize("chunk", [4, 3])
+def test_writes_into_a_graph_input_with_symbolic_sizes_go_straight_into_its_slices(chunk):
+    bt = MANY * 8
+    x, w, start = torch.randn(bt, H), torch.randn(V, H) / 4, torch.randn(bt, H)
+    buf = start.clone()
+    compiled = compile_and_run(into_a_graph_input, buf, x, w, chunk, dynamic=True)
+    assert "(s" in compiled.codes[0]  # the control: the graph has symbolic sizes
+    writes = -(-bt // (2 * chunk))
+    assert compiled.events("slice_writes") == {"chains": 1, "pieces": writes, "in_place": 1}
+    assert not re.search(r"empty_strided_cpu\(\(s\d+, " + str(H), compiled.codes[0])  # no copy of the input
     expected = start.double()
     expected_total = into_a_graph_input(expected, x.double(), w.double(), chunk)
     assert_close_to_float64(buf, expected)

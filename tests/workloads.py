@@ -57,25 +57,29 @@ def flce_inputs(dtype):
     return torch.randn(BT, H, dtype=dtype), torch.randn(V, H, dtype=dtype) / 4, onehot
 
 
-def flce_with_a_graph_break(x, w, target, chunk):
+def flce_with_a_graph_break(x, w, target, chunk, accum_dtype=None):
     """Liger 0.8.5's forward, reduced: gradient buffers, an ``.item()`` (a graph break
     under Dynamo's default config), then per chunk (``range(cdiv(BT, chunk))``, the last
     one cut at ``BT``) the logits, their gradient, grad_input written through
-    mm(out=slice) and grad_weight accumulated with addmm(out=grad_weight)."""
+    mm(out=slice) and grad_weight accumulated with addmm(out=grad_weight)
+    (``out_dtype=accum_dtype`` into a buffer of that dtype when given, as Liger's
+    ``accum_dtype``)."""
     rows = x.shape[0]
     grad_input = torch.zeros_like(x)
-    grad_weight = torch.zeros_like(w)
+    grad_weight = torch.zeros_like(w, dtype=accum_dtype or w.dtype)
+    accumulate = {"out_dtype": accum_dtype} if accum_dtype else {}
     n_valid = (target >= 0).sum().item()
-    loss = x.new_zeros((), dtype=torch.float32)
+    loss = x.new_zeros((), dtype=torch.float64 if x.dtype == torch.float64 else torch.float32)
     for k in range((rows + chunk - 1) // chunk):
         start, end = k * chunk, min((k + 1) * chunk, rows)
         x_k = x[start:end]
         logits = x_k @ w.t()
         onehot = torch.nn.functional.one_hot(target[start:end], w.shape[0]).to(logits.dtype)
         g = (torch.softmax(logits, -1) - onehot) / n_valid
-        loss = loss + (torch.logsumexp(logits, -1) - (logits * onehot).sum(-1)).sum() / n_valid
+        wide = logits.to(loss.dtype)
+        loss = loss + (torch.logsumexp(wide, -1) - (wide * onehot).sum(-1)).sum() / n_valid
         torch.mm(g, w, out=grad_input[start:end])
-        torch.addmm(grad_weight, g.t(), x_k, out=grad_weight)
+        torch.addmm(grad_weight, g.t(), x_k, out=grad_weight, **accumulate)
     return loss, grad_input, grad_weight
 
 
@@ -93,8 +97,9 @@ def next_power_of_2(n):
     return n
 
 
-def flce_in_power_of_2_chunks(x, w, target, chunk_mem_const: int = 1):
+def flce_in_power_of_2_chunks(x, w, target, chunk_mem_const: int = 1, accum_dtype=None):
     """:func:`flce_with_a_graph_break` in Liger 0.8.5's chunks:
     ``next_power_of_2(cdiv(BT, cdiv(V, chunk_mem_const * H)))`` rows each."""
     inc_factor = (w.shape[0] + chunk_mem_const * x.shape[1] - 1) // (chunk_mem_const * x.shape[1])
-    return flce_with_a_graph_break(x, w, target, next_power_of_2((x.shape[0] + inc_factor - 1) // inc_factor))
+    chunk = next_power_of_2((x.shape[0] + inc_factor - 1) // inc_factor)
+    return flce_with_a_graph_break(x, w, target, chunk, accum_dtype)

@@ -24,9 +24,12 @@ the post-grad slot (``post_grad_slot``), rewrites the chain in one of two ways:
   straight into its slice of the output.  Shorter chains are left alone, since Inductor
   would fuse that ``cat`` into one kernel that keeps every piece alive until the end.
 
-Only chains it can prove equal are rewritten: static sizes and bounds, one dimension,
-step 1, each intermediate result used by the next write only (dead views aside),
-pairwise disjoint ranges.  Chains are planned one at a time on the graph as it then
+Only chains it can prove equal are rewritten: one dimension, step 1, each intermediate
+result used by the next write only (dead views aside); for a ``cat``, static sizes and
+bounds and pairwise disjoint ranges.  Writes into a graph input need neither: written in
+the chain's order they leave the input as the chain would, whatever the bounds, so a
+graph with symbolic sizes (automatic dynamic shapes after a new row count,
+``dynamic=True``, ``mark_dynamic``) is rewritten as its static graph is.  Chains are planned one at a time on the graph as it then
 is.  Anything else is left as it was, and the pass never raises.  Counted in
 ``torch._dynamo.utils.counters["inductor_addmm_fix"]``: ``slice_writes:chains``,
 ``slice_writes:in_place``, ``slice_writes:cat``, ``slice_writes:pieces`` (writes) and
@@ -130,6 +133,57 @@ def scatter_chains(graph: fx.Graph) -> list[list[fx.Node]]:
     return chains
 
 
+def plan_in_place(chain: list[fx.Node]) -> tuple[fx.Node, int, list[tuple[Any, Any, fx.Node]], fx.Node] | None:
+    """(base, dim, writes, epilogue) for a chain written into a graph input that the
+    graph copies its result back into and that nothing else reads, else None.
+    ``writes``: (start, end, write) in graph order; bounds may be symbolic.
+
+    Writing each source into its slice of the input, in the chain's order, leaves the
+    input as the chain's result would: every write is a slice of the same dimension
+    with step 1, and no one reads the input or an intermediate state in between.  The
+    bounds need no proof of order or disjointness (a later write wins, as in the
+    chain), and ``aten.slice`` clamps them as ``slice_scatter`` does, so symbolic
+    bounds (a loop over a symbolic row count) are rewritten as static ones are."""
+    base = chain[0].args[0]
+    val = base.meta.get("val") if isinstance(base, fx.Node) else None
+    if not isinstance(val, torch.Tensor) or val.ndim == 0:
+        return None
+    dims, writes = set(), []
+    for node in chain:
+        dim, start, end, step = (_arg(node, 2, "dim", 0), _arg(node, 3, "start", None), _arg(node, 4, "end", None), _arg(node, 5, "step", 1))
+        src = node.args[1]
+        sval = src.meta.get("val") if isinstance(src, fx.Node) else None
+        if not (_static(dim) and step == 1 and isinstance(sval, torch.Tensor) and sval.dtype == val.dtype and sval.ndim == val.ndim):
+            return None
+        if not all(_bound(b) for b in (start, end)):
+            return None
+        dims.add(dim % val.ndim)
+        writes.append((start, end, node))
+    if len(dims) != 1:
+        return None
+    epilogue = copied_back_into(chain, base)
+    if epilogue is None:
+        return None
+    return base, dims.pop(), writes, epilogue
+
+
+def _bound(value: Any) -> bool:
+    """A slice bound the rewrite can pass on: None, an int, or a node whose value is a
+    backed integer (a symbolic size, not data read at run time)."""
+    if value is None or _static(value):
+        return True
+    if not isinstance(value, fx.Node):
+        return False
+    bound = value.meta.get("val")
+    if type(bound) is int:
+        return True
+    if not isinstance(bound, torch.SymInt):
+        return False
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+    return not free_unbacked_symbols(bound)
+
+
 def plan_cat(chain: list[fx.Node]) -> tuple[fx.Node, int, list[tuple[int, int, fx.Node | None]]] | None:
     """(base, dim, pieces) for a chain whose writes are provably a concatenation, else
     None.  ``pieces`` cover the dimension in order: (start, end, write) with ``write``
@@ -216,9 +270,13 @@ def rewrite_slice_writes(graph: fx.Graph) -> int:
                 if chain[-1] in tried:
                     continue
                 tried.add(chain[-1])
+                in_place = plan_in_place(chain)
+                if in_place is not None:
+                    found = chain, in_place
+                    break
                 plan = plan_cat(chain)
                 if plan is not None:
-                    found = chain, plan, copied_back_into(chain, plan[0])
+                    found = chain, plan
                     break
         except Exception as error:  # an unexpected graph: leave the rest as it is
             _count("error")
@@ -226,13 +284,15 @@ def rewrite_slice_writes(graph: fx.Graph) -> int:
             return done
         if found is None:
             return done
-        chain, (base, dim, pieces), epilogue = found
+        chain, plan = found
         try:
-            if epilogue is not None:
-                _write_in_place(graph, chain, base, dim, pieces, epilogue)
+            if len(plan) == 4:
+                _write_in_place(graph, chain, *plan)
                 _count("in_place")
-            elif len(pieces) >= _min_pieces() and _concatenate(graph, chain, base, dim, pieces):
+                written = len(plan[2])
+            elif len(plan[2]) >= _min_pieces() and _concatenate(graph, chain, *plan):
                 _count("cat")
+                written = sum(1 for piece in plan[2] if piece[2] is not None)
             else:
                 continue
         except Exception as error:  # pragma: no cover - torch internals changed
@@ -241,19 +301,18 @@ def rewrite_slice_writes(graph: fx.Graph) -> int:
             continue
         done += 1
         _count("chains")
-        _count("pieces", sum(1 for p in pieces if p[2] is not None))
+        _count("pieces", written)
 
 
-def _write_in_place(graph: fx.Graph, chain: list[fx.Node], base: fx.Node, dim: int, pieces: list, epilogue: fx.Node) -> None:
+def _write_in_place(graph: fx.Graph, chain: list[fx.Node], base: fx.Node, dim: int, writes: list, epilogue: fx.Node) -> None:
     """Each write becomes ``copy_`` into its slice of the graph input, where the write
     was; readers of the result read the input (now written); the epilogue goes.  New
     nodes get their fake values before the graph changes."""
     mode = _fake_mode(base.meta["val"]) or contextlib.nullcontext()
     with mode:
         planned = [
-            (node, start, end, aten.slice.Tensor(base.meta["val"], dim, start, end))
-            for start, end, node in pieces
-            if node is not None
+            (node, start, end, aten.slice.Tensor(base.meta["val"], dim, _value(start), _value(end)))
+            for start, end, node in writes
         ]
     for node, start, end, val in planned:
         with graph.inserting_before(node):
@@ -266,6 +325,11 @@ def _write_in_place(graph: fx.Graph, chain: list[fx.Node], base: fx.Node, dim: i
     chain[-1].replace_all_uses_with(base)
     for node in reversed(chain):
         _erase_with_dead_users(graph, node)
+
+
+def _value(bound: Any) -> Any:
+    """A slice bound as the fake tensors see it (a node's value; None and ints as they are)."""
+    return bound.meta["val"] if isinstance(bound, fx.Node) else bound
 
 
 def _concatenate(graph: fx.Graph, chain: list[fx.Node], base: fx.Node, dim: int, pieces: list) -> bool:

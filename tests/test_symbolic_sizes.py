@@ -1,0 +1,91 @@
+"""The package rewrites a graph with symbolic sizes as it rewrites the static one.
+
+Training changes shapes: after the first new row count Dynamo compiles the frame again
+with symbolic sizes (automatic dynamic shapes), and from then on every step runs that
+graph; ``dynamic=True`` and ``torch._dynamo.mark_dynamic`` start there.  Each pass and
+lowering that fires on Liger FLCE's static loop graph must fire on its symbolic one,
+with results of a float64 run: a pass that silently declined symbolic bounds (the
+``grad_input`` writes) made the dynamic step slower and larger than eager's."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from helpers import call_again, compile_and_run
+from workloads import flce_in_power_of_2_chunks
+
+from inductor_addmm_fix.inductor.passes import post_grad_slot
+
+pytestmark = pytest.mark.skipif(not post_grad_slot.supported(), reason="no post_grad_custom_post_pass in this torch")
+
+H, V = 16, 64  # Liger's chunks: next_power_of_2(cdiv(BT, V / H)) rows
+ROWS, OTHER_ROWS = 48, 88  # 3 chunks of 16 rows; 3 of 32, the last one cut
+
+
+def inputs(rows: int, seed: int):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(rows, H, generator=g).to(torch.bfloat16)
+    w = (torch.randn(V, H, generator=g) / 4).to(torch.bfloat16)
+    return x, w, torch.randint(V, (rows,), generator=g)
+
+
+def flce(x, w, target):
+    return flce_in_power_of_2_chunks(x, w, target, accum_dtype=torch.float32)
+
+
+def events(counts: dict) -> set:
+    """Which pass or lowering did what ("slice_writes:in_place", ...), not how often."""
+    return {key for key, n in counts.items() if n and not key.endswith(":error")}
+
+
+def assert_like_float64(result, x, w, target):
+    want = flce_in_power_of_2_chunks(x.double(), w.double(), target)
+    for got, expected, dtype in zip(result, want, (torch.float32, torch.bfloat16, torch.float32)):
+        assert got.dtype == dtype
+        torch.testing.assert_close(got.double(), expected, rtol=3e-2, atol=3e-3)
+
+
+@pytest.fixture(scope="module")
+def static_events():
+    x, w, target = inputs(ROWS, 0)
+    compiled = compile_and_run(flce, x, w, target, fullgraph=False)
+    assert_like_float64(compiled.result, x, w, target)
+    found = events(compiled.counts)
+    assert {"slice_writes:in_place", "accumulate_pairs:pairs", "chunk_order:chunks"} <= found, found
+    assert any(key.startswith("addmm.dtype:") for key in found), found
+    return found
+
+
+def is_symbolic(codes: list) -> bool:
+    """Whether a graph's inputs have symbolic sizes (``assert_size_stride(arg0_1, (s77, 16), ...)``)."""
+    return any(re.search(r"assert_size_stride\(\w+, \([^)]*\bs\d+\b", code) for code in codes)
+
+
+def test_the_automatic_dynamic_graph_is_rewritten_as_the_static_one(static_events):
+    compiled = compile_and_run(flce, *inputs(ROWS, 1), fullgraph=False, dynamic=None)  # torch.compile's default
+    x, w, target = inputs(OTHER_ROWS, 2)
+    again = call_again(compiled, x, w, target)
+    assert is_symbolic(again.codes)  # the control: the recompile has symbolic sizes
+    assert events(again.counts) == static_events
+    assert_like_float64(again.result, x, w, target)
+
+
+def test_a_dynamic_true_graph_is_rewritten_as_the_static_one(static_events):
+    x, w, target = inputs(OTHER_ROWS, 3)
+    compiled = compile_and_run(flce, x, w, target, fullgraph=False, dynamic=True)
+    assert is_symbolic(compiled.codes)
+    assert events(compiled.counts) == static_events
+    assert_like_float64(compiled.result, x, w, target)
+
+
+def test_a_graph_with_the_token_dimension_marked_dynamic_is_rewritten_as_the_static_one(static_events):
+    x, w, target = inputs(OTHER_ROWS, 4)
+    torch._dynamo.mark_dynamic(x, 0)
+    torch._dynamo.mark_dynamic(target, 0)
+    compiled = compile_and_run(flce, x, w, target, fullgraph=False)
+    assert is_symbolic(compiled.codes)
+    assert events(compiled.counts) == static_events
+    assert_like_float64(compiled.result, x, w, target)
