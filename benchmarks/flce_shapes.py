@@ -1,0 +1,263 @@
+"""Eager vs compiled Liger FLCE on LLM heads, in static and dynamic graphs, in one run.
+
+Real training changes shapes; after the first new row count Dynamo compiles the frame
+again with symbolic sizes (automatic dynamic shapes) and every later step runs that
+graph.  For each head and row count (BT) this times one forward+backward step of
+``liger_fused_linear_cross_entropy`` (bf16, ~10% of the targets ``ignore_index``) in
+each kind of graph, each against eager in alternation (median of --reps after warm-up):
+
+    static     torch.compile, first and only call at BT
+    automatic  torch.compile, a first call at another row count, then BT (the recompile
+               has symbolic sizes: automatic dynamic shapes)
+    dynamic    torch.compile(dynamic=True)
+    marked     torch._dynamo.mark_dynamic on the token dimension of the input and target
+
+    python benchmarks/flce_shapes.py                                  # every head at its default BT
+    python benchmarks/flce_shapes.py --case llama3-8b:8192,32768 --graphs static automatic
+    python benchmarks/flce_shapes.py --stock     # also the stock torch rows (the package off) where stock compiles
+
+Per row: eager and compiled ms and their ratio; host ms (the Python time of one compiled
+step, until it returns: guards, the wrapper's size arithmetic, launches; the step syncs
+on Liger's ``.item()``, so this includes waiting for the forward's first kernels);
+GPU kernel ms of one profiled compiled step (--profile); peak memory above the inputs
+for each; the compile seconds of the first call at BT and the graphs compiled;
+each one's error against a float64 reference.  Needs CUDA and liger-kernel.  Dynamo is
+reset between graph kinds: Liger's forward is one code object, and automatic dynamic
+shapes are recorded per code object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import torch
+from flce_bench import float64_reference, relative_errors, timed_interleaved
+
+GiB = 1024**3
+# name: (H, V, softcap); the LLM heads whose shapes users train.
+HEADS = {
+    "llama3-8b": (4096, 128256, None),
+    "qwen2.5-7b": (3584, 152064, None),
+    "gemma2-2b": (2304, 256000, 30.0),
+    "qwen2.5-0.5b": (896, 151936, None),
+}
+DEFAULT_CASES = ["llama3-8b:8192", "qwen2.5-7b:16384", "gemma2-2b:8192", "qwen2.5-0.5b:4096,16384"]
+GRAPHS = ("static", "automatic", "dynamic", "marked")
+IGNORE = -100
+
+
+def inputs(bt: int, h: int, v: int, seed: int):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(bt, h, device="cuda", dtype=torch.bfloat16, generator=g).requires_grad_()
+    w = (torch.randn(v, h, device="cuda", dtype=torch.bfloat16, generator=g) * h**-0.5).requires_grad_()
+    t = torch.randint(v, (bt,), device="cuda", generator=g)
+    t[torch.rand(bt, device="cuda", generator=g) < 0.1] = IGNORE
+    return x, w, t
+
+
+def reference(x, w, t, softcap):
+    """(loss, grad_x, grad_w) in float64, ignore_index rows left out of the mean."""
+    if softcap is None and not (t == IGNORE).any():
+        return float64_reference(x, w, t)
+    x64, w64 = x.detach().double(), w.detach().double()
+    keep = t != IGNORE
+    n = keep.sum()
+    loss = torch.zeros((), dtype=torch.float64, device=x.device)
+    grad_x, grad_w = torch.zeros_like(x64), torch.zeros_like(w64)
+    for start in range(0, t.numel(), 1024):
+        xs, ts, ks = x64[start : start + 1024], t[start : start + 1024], keep[start : start + 1024]
+        z = xs @ w64.t()
+        if softcap is not None:
+            th = torch.tanh(z / softcap)
+            z = softcap * th
+        tt = ts.clamp(min=0)
+        loss += ((z.logsumexp(-1) - z.gather(1, tt[:, None])[:, 0]) * ks).sum()
+        g = torch.softmax(z, -1)
+        g[torch.arange(ts.numel(), device=ts.device), tt] -= 1
+        g *= ks[:, None] / n
+        if softcap is not None:
+            g *= 1 - th * th
+        grad_x[start : start + 1024] = g @ w64
+        grad_w += g.t() @ xs
+        del z, g
+    return loss / n, grad_x, grad_w
+
+
+def loss_fn_for(accum, softcap):
+    from liger_kernel.transformers.functional import liger_fused_linear_cross_entropy
+
+    def loss_fn(x, w, t):
+        return liger_fused_linear_cross_entropy(x, w, t, ignore_index=IGNORE, softcap=softcap, accum_dtype=accum)
+
+    return loss_fn
+
+
+def compiled_for(graph: str, loss_fn, x, w, t, other_rows: int):
+    """(compiled fn, the tensors it runs on, compile seconds of the first call at BT,
+    graphs compiled).  The compile time counts the first call at BT only (for
+    ``automatic``, the recompile after the call at ``other_rows``)."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters["stats"].clear()
+    fn = torch.compile(loss_fn, dynamic=True if graph == "dynamic" else None)
+    xs, ws = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+    ts = t.clone()
+    if graph == "marked":
+        torch._dynamo.mark_dynamic(xs, 0)
+        torch._dynamo.mark_dynamic(ts, 0)
+    if graph == "automatic":
+        xo, wo, to = inputs(other_rows, x.shape[1], w.shape[0], seed=1)
+        fn(xo, wo, to).backward()
+        del xo, wo, to
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    fn(xs, ws, ts).backward()
+    torch.cuda.synchronize()
+    seconds = time.perf_counter() - start
+    return fn, (xs, ws, ts), seconds, counters["stats"]["unique_graphs"]
+
+
+def host_ms(fn, tensors, clear, reps: int = 5) -> float:
+    """Median Python time of one step until it returns (GPU idle before each)."""
+    times = []
+    for _ in range(reps):
+        clear()
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        fn(*tensors).backward()
+        times.append((time.perf_counter() - start) * 1e3)
+        torch.cuda.synchronize()
+    times.sort()
+    return times[len(times) // 2]
+
+
+def kernel_ms(fn, tensors, clear) -> tuple[float, int]:
+    """(GPU kernel ms, kernels launched) of one profiled step."""
+    from torch.profiler import ProfilerActivity, profile
+
+    clear()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn(*tensors).backward()
+        torch.cuda.synchronize()
+    events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    return sum(e.device_time for e in events) / 1e3, len(events)
+
+
+def row(head: str, bt: int, accum, graph: str, args, stock: bool = False) -> dict:
+    h, v, softcap = HEADS[head]
+    x, w, t = inputs(bt, h, v, seed=0)
+    loss_fn = loss_fn_for(accum, softcap)
+    fn, (xs, ws, ts), seconds, graphs = compiled_for(graph, loss_fn, x, w, t, other_rows=bt * 3 // 4)
+
+    def clear():
+        for tensor in (x, w, xs, ws):
+            tensor.grad = None
+
+    steps = {"eager": lambda: loss_fn(x, w, t).backward(), "compiled": lambda: fn(xs, ws, ts).backward()}
+    timed = timed_interleaved(steps, warmup=args.warmup, reps=args.reps, setup=clear)
+    results = {}
+    for label, call, tensors in (("eager", loss_fn, (x, w, t)), ("compiled", fn, (xs, ws, ts))):
+        clear()
+        loss = call(*tensors)
+        loss.backward()
+        results[label] = (loss.detach().float(), tensors[0].grad.clone(), tensors[1].grad.clone())
+    ref = reference(x, w, t, softcap)
+    errors = {label: relative_errors(results[label], ref) for label in results}
+    del ref
+    out = dict(
+        head=head, bt=bt, h=h, v=v, softcap=softcap, accum="fp32" if accum else "None", graph=graph,
+        package="off (stock)" if stock else "on",
+        eager_ms=timed["eager"][0], compiled_ms=timed["compiled"][0], ratio=timed["compiled"][0] / timed["eager"][0],
+        eager_gib=timed["eager"][1] / GiB, compiled_gib=timed["compiled"][1] / GiB,
+        memory_bound_gib=(timed["eager"][1] + max(0.05 * timed["eager"][1], 64 * 1024**2)) / GiB,
+        compile_s=seconds, graphs=graphs, host_ms=host_ms(fn, (xs, ws, ts), clear),
+        eager_error=errors["eager"], compiled_error=errors["compiled"],
+        grads_within_eager=all(errors["compiled"][k] <= 1.05 * errors["eager"][k] + 1e-7 for k in ("grad_x", "grad_w")),
+    )
+    if args.profile:
+        out["kernel_ms"], out["kernels"] = kernel_ms(fn, (xs, ws, ts), clear)
+        out["eager_kernel_ms"], out["eager_kernels"] = kernel_ms(loss_fn, (x, w, t), clear)
+    del fn, x, w, t, xs, ws, ts, results
+    torch._dynamo.reset()
+    torch.cuda.empty_cache()
+    return out
+
+
+def print_table(rows: list) -> None:
+    print(
+        "| head | BT | accum | graph | package | eager ms | compiled ms | ratio | vs static | host ms | GPU kernel ms (eager / compiled) "
+        "| extra GiB eager / compiled (bound) | compile s | graphs | grad error vs float64 eager / compiled (x; w) |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    static = {(r["head"], r["bt"], r["accum"], r["package"]): r["compiled_ms"] for r in rows if r["graph"] == "static"}
+    for r in rows:
+        base = static.get((r["head"], r["bt"], r["accum"], r["package"]))
+        vs = f"{r['compiled_ms'] / base:.3f}" if base else "-"
+        kern = f"{r['eager_kernel_ms']:.1f} / {r['kernel_ms']:.1f}" if "kernel_ms" in r else "-"
+        e, c = r["eager_error"], r["compiled_error"]
+        print(
+            f"| {r['head']} | {r['bt']} | {r['accum']} | {r['graph']} | {r['package']} | {r['eager_ms']:.2f} | "
+            f"{r['compiled_ms']:.2f} | {r['ratio']:.3f} | {vs} | {r['host_ms']:.1f} | {kern} | "
+            f"{r['eager_gib']:.3f} / {r['compiled_gib']:.3f} ({r['memory_bound_gib']:.3f}) | {r['compile_s']:.1f} | "
+            f"{r['graphs']} | {e['grad_x']:.1e}; {e['grad_w']:.1e} / {c['grad_x']:.1e}; {c['grad_w']:.1e} |"
+        )
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--case", action="append", help=f"HEAD:BT[,BT...] (heads: {', '.join(HEADS)}); default: {' '.join(DEFAULT_CASES)}")
+    p.add_argument("--graphs", nargs="+", choices=GRAPHS, default=list(GRAPHS))
+    p.add_argument("--accum", nargs="+", choices=["fp32", "None"], default=["fp32", "None"])
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--reps", type=int, default=8)
+    p.add_argument("--profile", action="store_true", help="GPU kernel time of one profiled step per row")
+    p.add_argument("--stock", action="store_true", help="also each accum=None row with the package off (stock torch)")
+    p.add_argument("--json", help="write every row here, as each completes")
+    args = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("needs CUDA")
+        return 2
+    import inductor_addmm_fix
+
+    cases = []
+    for spec in args.case or DEFAULT_CASES:
+        head, _, bts = spec.partition(":")
+        if head not in HEADS or not bts:
+            p.error(f"--case {spec}: expected HEAD:BT[,BT...] with HEAD one of {', '.join(HEADS)}")
+        cases += [(head, int(bt)) for bt in bts.split(",")]
+    print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, inductor_addmm_fix {inductor_addmm_fix.__version__}", flush=True)
+    rows = []
+    for head, bt in cases:
+        for accum_name in args.accum:
+            accum = torch.float32 if accum_name == "fp32" else None
+            runs = [(graph, False) for graph in args.graphs]
+            if args.stock and accum is None:
+                runs += [(graph, True) for graph in args.graphs if graph in ("static", "automatic")]
+            for graph, stock in runs:
+                if stock:
+                    inductor_addmm_fix.uninstall()
+                try:
+                    rows.append(row(head, bt, accum, graph, args, stock))
+                except Exception as error:  # a row that fails is reported, the others run
+                    print(f"# {head} BT={bt} accum={accum_name} {graph}{' stock' if stock else ''}: {type(error).__name__}: {str(error)[:300]}", flush=True)
+                    torch._dynamo.reset()
+                    torch.cuda.empty_cache()
+                    continue
+                finally:
+                    if stock:
+                        inductor_addmm_fix.install()
+                print("# row:", json.dumps(rows[-1]), flush=True)
+                if args.json:
+                    with open(args.json, "w") as f:
+                        json.dump(dict(device=torch.cuda.get_device_name(), torch=torch.__version__, rows=rows), f, indent=1)
+    print_table(rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
