@@ -196,7 +196,8 @@ def tables_snapshot(tables: dict | None = None) -> dict:
             snap[("out_dtype", f"py_kernels[{key.name}]", str(op))] = None if kernel is None else id(kernel)
         qualname = f"{op._schema.name.split('::')[1]}.{op._overloadname}"
         snap[("out_dtype", "dispatcher", str(op))] = torch._C._dispatch_dump(f"aten::{qualname}")
-        snap[("out_dtype", "torch.library._impls", str(op))] = f"aten/{qualname}/Meta" in tables["impls"]
+        for key in ("Meta", "CPU"):
+            snap[("out_dtype", f"torch.library._impls[{key}]", str(op))] = f"aten/{qualname}/{key}" in tables["impls"]
     for op in (aten.addmm.dtype, aten.addmm.default):
         snap[("reinplace", "inplaceable", str(op))] = _entry(tables["inplaceable"], op)
     snap[("reinplace", "lowering", "addmm_")] = _entry(tables["lowering"], aten.addmm_.default)

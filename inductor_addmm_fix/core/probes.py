@@ -95,6 +95,26 @@ def meta_kernel_works(name: str) -> bool:
     return True
 
 
+def eager_cpu_has_kernel(qualname: str) -> bool:
+    """Whether eager mode has a CPU kernel for ``aten.<qualname>`` (``"mm.dtype_out"``):
+    runs it on small CPU operands (bf16, fp32 result).  Torch implements the out_dtype
+    matmuls for CUDA and XPU only; the dispatcher raises ``NotImplementedError``
+    ("Could not run ... from the 'CPU' backend") on the CPU.  Any other outcome counts
+    as a kernel."""
+    name, _, which = qualname.partition(".")
+    try:
+        operands = [torch.zeros(a.shape, dtype=a.dtype) if isinstance(a, torch.Tensor) else a for a in _meta_operands(name)]
+        if which == "dtype_out":
+            aten_op(qualname)(*operands, out=torch.empty(_result_shape(name)))
+        else:
+            aten_op(qualname)(*operands)
+    except NotImplementedError:
+        return False
+    except Exception:
+        return True
+    return True
+
+
 def has_no_derivative(qualname: str) -> bool:
     """Whether torch defines no derivative for ``aten.<qualname>`` (``"mm.dtype"``):
     eager's autograd kernel runs the forward and ``backward()`` raises "derivative for
