@@ -17,7 +17,7 @@ import torch
 
 import inductor_addmm_fix as fix
 from inductor_addmm_fix import cli
-from inductor_addmm_fix.cli import check, status
+from inductor_addmm_fix.cli import check, revision, status
 
 ROOT = Path(__file__).resolve().parents[1]
 WIDTH = 100
@@ -42,7 +42,7 @@ def test_status_is_one_line_per_feature_and_fits_100_columns(capsys, argv):
     code, out, _ = run(capsys, *argv)
     assert code == 0
     lines = out.splitlines()
-    assert lines[0] == f"inductor_addmm_fix {cli.revision.package_version()} on torch {torch.__version__}"
+    assert lines[0] == f"inductor_addmm_fix {revision.package_version()} on torch {torch.__version__}"
     assert lines[1] == "fix active (activated by entry-point)" or lines[1].startswith("fix active (")
     features = [line.split()[0] for line in lines if line.startswith("  ")]
     assert features == list(fix.FEATURES)  # the features as the package names them, in order
@@ -141,8 +141,15 @@ def test_options_go_before_or_after_the_command(argv, command, verbose, as_json)
 def test_version(capsys):
     code, out, _ = run(capsys, "--version")
     assert code == 0
-    assert out.strip() == f"inductor_addmm_fix {cli.revision.package_version()}"
+    assert out.strip() == f"inductor_addmm_fix {revision.package_version()}"
     assert out.startswith(f"inductor_addmm_fix {fix.__version__}")
+
+
+@pytest.mark.parametrize("argv", [["--version", "--json"], ["--json", "--version"]])
+def test_version_as_json_has_the_keys_of_status_json(capsys, argv):
+    code, out, _ = run(capsys, *argv)
+    assert code == 0
+    assert json.loads(out) == {"package_version": fix.__version__, "git_revision": revision.git_revision()}
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["status", "--help"], ["check", "-h"]])
