@@ -44,7 +44,7 @@ FEATURE_TABLE = (
     # Matmuls with out_dtype= (mm, bmm, addmm, baddbmm) trace and compile.
     Feature(
         "out_dtype",
-        core=("core.meta_kernels", "core.decompositions"),
+        core=("core.meta_kernels", "core.decompositions", "core.no_derivative", "core.eager_cpu"),
         inductor=("inductor.decompositions", "inductor.lowerings"),
         self_tests={"core": "core.meta_kernels:self_test"},
     ),

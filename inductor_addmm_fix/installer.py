@@ -26,7 +26,7 @@ from . import features as F
 from .patching import import_hooks
 from .patching.declare import Decision, PlanError, Unavailable, patches_of, plan_modules
 from .patching.registry import Patch, Registry
-from .report import PatchStatus, Status
+from .report import WAITING, PatchStatus, Status
 
 #: The module whose import completes Inductor's tables; the Inductor stage waits for it.
 INDUCTOR_TRIGGER = "torch._inductor.compile_fx"
@@ -254,7 +254,7 @@ def status() -> Status:
             elif applied.unavailable:
                 states[name] = f"unavailable on this torch: {applied.unavailable}"
             elif _waits_for_inductor(name):
-                states[name] = "waiting for torch._inductor to be imported"
+                states[name] = WAITING
             elif any(d.needed for d in applied.decisions):
                 states[name] = "applied"
             else:

@@ -6,6 +6,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+#: A feature's state while its Inductor stage waits for ``torch._inductor.compile_fx``.
+WAITING = "waiting for torch._inductor to be imported"
+
 
 @dataclasses.dataclass(frozen=True)
 class PatchStatus:
@@ -30,15 +33,25 @@ class Status:
     features: dict[str, str]
     patches: tuple[PatchStatus, ...]
 
+    @property
+    def waiting(self) -> tuple[str, ...]:
+        """The features whose Inductor stage waits for torch._inductor to be imported."""
+        return tuple(name for name, state in self.features.items() if state == WAITING)
+
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     def __str__(self) -> str:
+        # The words of ``python -m inductor_addmm_fix`` (``cli.status``).
+        if not self.installed:
+            summary = "fix NOT active"
+        elif self.waiting:
+            summary = "fix waiting for torch._inductor"
+        else:
+            summary = "fix active"
         lines = [
             f"inductor_addmm_fix {self.package_version} on torch {self.torch_version}",
-            # The words of ``python -m inductor_addmm_fix`` (``cli.status``).
-            ("fix active" if self.installed else "fix NOT active")
-            + (f" (activated by {self.activation})" if self.activation else ""),
+            summary + (f" (activated by {self.activation})" if self.activation else ""),
         ]
         lines += [f"  {feature:<13} {state}" for feature, state in self.features.items()]
         for p in self.patches:

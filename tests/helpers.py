@@ -197,8 +197,8 @@ def _entry(table, key):
 
 def tables_snapshot(tables: dict | None = None) -> dict:
     """Every slot the package may touch, by feature: ``(feature, what, key) -> value``
-    (table entries by identity, the Meta kernel the dispatcher runs, the Python Meta
-    kernel, ``torch.library``'s bookkeeping), the cache key tag, the post-grad slot and
+    (table entries by identity, the dispatcher's kernels, the Python Meta and Autograd
+    kernels, ``torch.library``'s bookkeeping), the cache key tag, the post-grad slot and
     the import hooks (``("shared", ...)``)."""
     tables = live_tables() if tables is None else tables
     aten = torch.ops.aten
@@ -206,11 +206,13 @@ def tables_snapshot(tables: dict | None = None) -> dict:
     for op in family_ops():
         for label in ("decomp", "meta", "inductor", "lowering", "fake_impls"):
             snap[("out_dtype", label, str(op))] = _entry(tables[label], op)
-        kernel = op.py_kernels.get(torch._C.DispatchKey.Meta)
-        snap[("out_dtype", "py_kernels", str(op))] = None if kernel is None else id(kernel)
+        for key in (torch._C.DispatchKey.Meta, torch._C.DispatchKey.Autograd):
+            kernel = op.py_kernels.get(key)
+            snap[("out_dtype", f"py_kernels[{key.name}]", str(op))] = None if kernel is None else id(kernel)
         qualname = f"{op._schema.name.split('::')[1]}.{op._overloadname}"
         snap[("out_dtype", "dispatcher", str(op))] = torch._C._dispatch_dump(f"aten::{qualname}")
-        snap[("out_dtype", "torch.library._impls", str(op))] = f"aten/{qualname}/Meta" in tables["impls"]
+        for key in ("Meta", "CPU"):
+            snap[("out_dtype", f"torch.library._impls[{key}]", str(op))] = f"aten/{qualname}/{key}" in tables["impls"]
     for op in (aten.addmm.dtype, aten.addmm.default):
         snap[("reinplace", "inplaceable", str(op))] = _entry(tables["inplaceable"], op)
     snap[("reinplace", "lowering", "addmm_")] = _entry(tables["lowering"], aten.addmm_.default)

@@ -114,7 +114,10 @@ def source_copy(tmp_path_factory) -> Path:
 def wheel(tmp_path_factory) -> Path:
     """A wheel built from its own copy (setuptools writes egg-info into the tree it builds)."""
     tree = _copy_checkout(tmp_path_factory.mktemp("build") / "inductor_addmm_fix-src")
-    out = tmp_path_factory.mktemp("dist")
+    return _build_wheel(tree, tmp_path_factory.mktemp("dist"))
+
+
+def _build_wheel(tree: Path, out: Path) -> Path:
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", str(tree), "--no-deps", "--no-build-isolation",
          "--no-index", "-q", "-w", str(out)],
@@ -124,6 +127,16 @@ def wheel(tmp_path_factory) -> Path:
     return built
 
 
+def _install(wheel: Path, python: Python) -> None:
+    """--ignore-installed: the venv sees the runner's site-packages (for torch), where this
+    package may be installed too; pip must still put the wheel into the venv."""
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python.executable), "install", "--no-deps", "--ignore-installed",
+         "--no-index", "-q", str(wheel)],
+        check=True, timeout=TIMEOUT,
+    )
+
+
 @pytest.fixture(scope="session")
 def cache_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("inductor-cache")
@@ -131,17 +144,10 @@ def cache_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def venv(wheel, tmp_path_factory, cache_dir) -> Python:
-    """A fresh venv with the wheel installed (pip >= 22.3 of the runner installs it).
-
-    --ignore-installed: the venv sees the runner's site-packages (for torch), where this
-    package may be installed too; pip must still put the wheel into the venv."""
+    """A fresh venv with the wheel installed (pip >= 22.3 of the runner installs it)."""
     base = tmp_path_factory.mktemp("venv")
     python = _make_venv(base / "venv", tmp_path_factory.mktemp("work"), cache_dir)
-    subprocess.run(
-        [sys.executable, "-m", "pip", "--python", str(python.executable), "install", "--no-deps", "--ignore-installed",
-         "--no-index", "-q", str(wheel)],
-        check=True, timeout=TIMEOUT,
-    )
+    _install(wheel, python)
     assert (python.site_packages / PTH).is_file()
     return python
 
@@ -493,3 +499,20 @@ def test_check_command_exit_codes(venv, tmp_path):
     (tmp_path / "torch" / "__init__.py").write_text("raise ImportError('simulated: no torch here')\n")
     missing = venv.run("-m", "inductor_addmm_fix", "check", expect_rc=2, PYTHONPATH=str(tmp_path)).stdout
     assert "could not run" in missing
+
+
+def test_a_wheel_built_from_a_git_checkout_reports_its_revision(tmp_path_factory, cache_dir):
+    tree = _copy_checkout(tmp_path_factory.mktemp("git-build") / "inductor_addmm_fix-src")
+    git = ["git", "-C", str(tree), "-c", "user.name=test", "-c", "user.email=test@example.com", "-c", "commit.gpgsign=false"]
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "the checkout"]):
+        subprocess.run([*git, *args], check=True, timeout=TIMEOUT)
+    head = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout[:10]
+    wheel = _build_wheel(tree, tmp_path_factory.mktemp("git-dist"))
+    with zipfile.ZipFile(wheel) as archive:
+        assert archive.read("inductor_addmm_fix/BUILD_REVISION").decode().strip() == head
+    python = _make_venv(tmp_path_factory.mktemp("git-venv") / "venv", tmp_path_factory.mktemp("git-work"), cache_dir)
+    _install(wheel, python)
+    version = python.run("-m", "inductor_addmm_fix", "--version").stdout
+    assert version.strip() == f"inductor_addmm_fix {__version__} (git {head})"
+    report = json.loads(python.run("-m", "inductor_addmm_fix", "--version", "--json").stdout)
+    assert report == {"package_version": __version__, "git_revision": head}

@@ -5,9 +5,10 @@ commands against an installed wheel: tests/test_activation.py (slow)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import re
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +18,8 @@ import torch
 
 import inductor_addmm_fix as fix
 from inductor_addmm_fix import cli
-from inductor_addmm_fix.cli import check, status
+from inductor_addmm_fix.cli import check, revision, status
+from inductor_addmm_fix.report import WAITING
 
 ROOT = Path(__file__).resolve().parents[1]
 WIDTH = 100
@@ -42,7 +44,7 @@ def test_status_is_one_line_per_feature_and_fits_100_columns(capsys, argv):
     code, out, _ = run(capsys, *argv)
     assert code == 0
     lines = out.splitlines()
-    assert lines[0] == f"inductor_addmm_fix {cli.revision.package_version()} on torch {torch.__version__}"
+    assert lines[0] == f"inductor_addmm_fix {revision.package_version()} on torch {torch.__version__}"
     assert lines[1] == "fix active (activated by entry-point)" or lines[1].startswith("fix active (")
     features = [line.split()[0] for line in lines if line.startswith("  ")]
     assert features == list(fix.FEATURES)  # the features as the package names them, in order
@@ -94,6 +96,59 @@ def test_status_names_a_feature_turned_off(monkeypatch, capsys):
     assert re.fullmatch(r"  views +off \(install\(features='-views'\)\)", next(l for l in out.splitlines() if l.startswith("  views ")))
 
 
+@pytest.mark.parametrize("value, shown", [("maybe", "INDUCTOR_ADDMM_FIX=maybe (ignored)"),
+                                          ("-views,typo", "INDUCTOR_ADDMM_FIX=-views,typo ('typo' ignored)")])
+def test_status_names_the_words_of_the_variable_it_ignores(monkeypatch, value, shown):
+    monkeypatch.setenv("INDUCTOR_ADDMM_FIX", value)
+    assert status.headline(fix.status()) == f"fix active (activated by {fix.status().activation}; {shown})"
+
+
+def test_a_feature_waiting_for_inductor_makes_the_status_say_waiting():
+    report = dataclasses.replace(fix.status(), features={name: WAITING for name in fix.FEATURES})
+    assert report.installed and report.waiting == fix.FEATURES
+    assert status.headline(report) == f"fix waiting for torch._inductor (activated by {report.activation})"
+    assert str(report).splitlines()[1] == f"fix waiting for torch._inductor (activated by {report.activation})"
+
+
+#: A fresh interpreter in which importing torch._inductor warns (as torch 2.13's does): under
+#: ``python -W error`` the import fails, so every feature's Inductor stage waits.
+INDUCTOR_WARNS = """
+import sys, warnings
+class Warns:
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch._inductor.compile_fx":
+            warnings.warn("simulated: deprecated", DeprecationWarning)
+sys.meta_path.insert(0, Warns())
+from inductor_addmm_fix.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_status_where_inductor_cannot_be_imported_says_it_waits_and_why_and_exits_1():
+    result = fresh("-W", "error", "-c", INDUCTOR_WARNS, INDUCTOR_ADDMM_FIX="maybe")
+    assert result.returncode == 1, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[1:4] == [
+        "fix waiting for torch._inductor (activated by entry-point; INDUCTOR_ADDMM_FIX=maybe (ignored))",
+        "torch._inductor cannot be imported here (a warning that the warnings filters turn into an error):",
+        "  DeprecationWarning: simulated: deprecated",
+    ]
+    features = [line.split(maxsplit=1) for line in lines[4:] if line.startswith("  ")]
+    assert features == [[name, WAITING] for name in fix.FEATURES]
+    report = json.loads(fresh("-W", "error", "-c", INDUCTOR_WARNS, "--json", INDUCTOR_ADDMM_FIX="maybe").stdout)
+    assert report["summary"].startswith("fix waiting for torch._inductor (")
+    assert report["inductor_import_error"] == "DeprecationWarning: simulated: deprecated"
+
+
+def test_status_under_warnings_as_errors_says_active_only_when_no_feature_waits():
+    """The command of the report: torch's own warnings may stop torch._inductor's import."""
+    result = fresh("-W", "error", "-m", "inductor_addmm_fix", INDUCTOR_ADDMM_FIX="maybe")
+    lines = result.stdout.splitlines()
+    waiting = any(line.endswith(WAITING) for line in lines)
+    assert lines[1].startswith("fix waiting for torch._inductor (" if waiting else "fix active (")
+    assert result.returncode == (1 if waiting else 0)
+
+
 def test_status_without_torch_cannot_run(monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "torch", None)  # import torch raises ImportError
     code, out, _ = run(capsys, "status")
@@ -141,8 +196,15 @@ def test_options_go_before_or_after_the_command(argv, command, verbose, as_json)
 def test_version(capsys):
     code, out, _ = run(capsys, "--version")
     assert code == 0
-    assert out.strip() == f"inductor_addmm_fix {cli.revision.package_version()}"
+    assert out.strip() == f"inductor_addmm_fix {revision.package_version()}"
     assert out.startswith(f"inductor_addmm_fix {fix.__version__}")
+
+
+@pytest.mark.parametrize("argv", [["--version", "--json"], ["--json", "--version"]])
+def test_version_as_json_has_the_keys_of_status_json(capsys, argv):
+    code, out, _ = run(capsys, *argv)
+    assert code == 0
+    assert json.loads(out) == {"package_version": fix.__version__, "git_revision": revision.git_revision()}
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["status", "--help"], ["check", "-h"]])

@@ -10,14 +10,16 @@ why, every route; check logs what the package does on stderr; ``-vv``: status lo
 
   0   status: the fix is active          check: FIXED
   1   status: the fix is not active      check: BROKEN
+      (or waits for torch._inductor, which cannot be imported)
   2   could not run (no torch; for check also a torch before 2.8, a missing device,
-      or an Inductor that cannot compile a plain matmul)
+      or an Inductor that cannot be imported or compile a plain matmul)
   64  usage error: an unknown command or option (EX_USAGE of sysexits.h)
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 from . import check, status
@@ -26,8 +28,9 @@ USAGE_ERROR = 64
 EXIT_CODES = """exit codes:
   0   status: the fix is active          check: FIXED
   1   status: the fix is not active      check: BROKEN
+      (or waits for torch._inductor, which cannot be imported here)
   2   could not run (no torch; check: a torch before 2.8, the device asked for is
-      missing, or Inductor cannot compile a plain matmul here)
+      missing, or Inductor cannot be imported or compile a plain matmul here)
   64  usage error (an unknown command or option)"""
 
 
@@ -39,18 +42,12 @@ class _Parser(argparse.ArgumentParser):
         self.exit(USAGE_ERROR, f"{self.prog}: error: {message}\n")
 
 
-class _Version(argparse.Action):
-    """``--version``: the package version, and the git revision when run from a checkout
-    (computed only when asked)."""
+def _version(as_json: bool) -> int:
+    """``--version``: the package version and the git revision (computed only when asked)."""
+    from .revision import package_version, version_report
 
-    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
-        super().__init__(option_strings, dest, nargs=0, default=default, help=help)
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        from .revision import package_version
-
-        print(f"inductor_addmm_fix {package_version()}")
-        parser.exit(0)
+    print(json.dumps(version_report(), indent=2) if as_json else f"inductor_addmm_fix {package_version()}")
+    return 0
 
 
 def _common_options(parser: argparse.ArgumentParser, default) -> None:
@@ -70,7 +67,8 @@ def _parser() -> argparse.ArgumentParser:
         epilog=EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action=_Version, help="print the package version (and git revision) and exit")
+    parser.add_argument("--version", action="store_true",
+                        help="print the package version and the git revision it runs or was built from, and exit")
     _common_options(parser, 0)
     commands = parser.add_subparsers(dest="command", metavar="{status,check}")
     status_parser = commands.add_parser(
@@ -91,8 +89,10 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     try:
         args = _parser().parse_args(argv)
-    except SystemExit as exit:  # --help, --version (0) or a usage error (64)
+    except SystemExit as exit:  # --help (0) or a usage error (64)
         return exit.code if isinstance(exit.code, int) else USAGE_ERROR
+    if args.version:
+        return _version(args.json)
     if args.verbose >= (1 if args.command == "check" else 2):
         import logging
 

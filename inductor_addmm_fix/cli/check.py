@@ -90,10 +90,17 @@ def run(device: str = "auto", say=print) -> int:
         say(f"could not run: torch {torch.__version__} has no out_dtype overloads (PyTorch 2.8+)")
         return CANNOT_RUN
 
+    try:
+        import torch._inductor.compile_fx  # noqa: F401  (the Inductor stage of each feature applies now)
+    except Exception as error:
+        say(f"could not run: torch._inductor cannot be imported ({_first_line(error)})")
+        return CANNOT_RUN
+
     import inductor_addmm_fix as fix
     from torch._dynamo.utils import counters
 
     from ..patching.counters import COUNTER
+    from ..report import WAITING
 
     from .revision import package_version
     from .status import headline
@@ -101,7 +108,7 @@ def run(device: str = "auto", say=print) -> int:
     state = fix.status()
     active = headline(state)
     out_dtype = state.features.get("out_dtype", "not installed")
-    out_dtype_on = out_dtype in ("applied", "not needed on this torch", "waiting for torch._inductor to be imported")
+    out_dtype_on = out_dtype in ("applied", "not needed on this torch", WAITING)
     if state.installed and not out_dtype_on:
         active += f", but its out_dtype feature is {out_dtype}"
     say(f"inductor_addmm_fix {package_version()}, torch {torch.__version__}, device {device}")

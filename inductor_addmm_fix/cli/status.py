@@ -4,7 +4,9 @@ feature, and will fresh interpreters have it.
 Short by default (one line per feature, no line over ``WIDTH`` columns); ``-v`` adds
 each patch with its reason, probe and retiring upstream change, and every activation
 route; ``--json`` gives everything (``Status.as_dict()``, the routes, the summary).
-The words are ``check``'s too: "fix active", "fix partly active", "fix NOT active".
+The words are ``check``'s too: "fix active", "fix partly active", "fix waiting for
+torch._inductor" (the features' Inductor stage waits for its import: this command
+imports it first, so only where that import fails), "fix NOT active".
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import textwrap
 
 from ..activation import routes
 from ..activation.env import VARIABLE, enabled_by_env
-from ..features import NAMES
+from ..features import NAMES, parse
 
 WIDTH = 100
 NAME_WIDTH = max(len(name) for name in NAMES) + 2  # the feature column
@@ -27,7 +29,7 @@ def headline(report) -> str:
     if not enabled_by_env():
         return f"fix NOT active: turned off by {VARIABLE}={value}"
     failed = [name for name, state in report.features.items() if state.startswith("failed")]
-    how = f"activated by {report.activation}" + ("" if value is None else f"; {VARIABLE}={value}")
+    how = f"activated by {report.activation}" + _switch(value)
     if failed and any(state == "applied" for state in report.features.values()):
         return f"fix partly active ({how}): {', '.join(failed)} failed"
     if failed:
@@ -36,7 +38,27 @@ def headline(report) -> str:
         if report.activation is None:
             return "fix NOT active: not activated (reinstall the package, or import inductor_addmm_fix)"
         return f"fix NOT active ({how}): no feature selected"
+    if report.waiting:
+        return f"fix waiting for torch._inductor ({how})"
     return f"fix active ({how})"
+
+
+def _switch(value: str | None) -> str:
+    """``; INDUCTOR_ADDMM_FIX=-views,typo ('typo' ignored)``: the variable as set, and the
+    words of it that name nothing (ignored, as docs/activation.md says; a value of such
+    words only selects every feature: ``INDUCTOR_ADDMM_FIX=maybe (ignored)``)."""
+    if value is None:
+        return ""
+    unknown = parse(value)[1]
+    if unknown and len(unknown) == len([w for w in value.split(",") if w.strip()]):
+        return f"; {VARIABLE}={value} (ignored)"
+    return f"; {VARIABLE}={value}" + (f" ({', '.join(map(repr, unknown))} ignored)" if unknown else "")
+
+
+def inductor_unavailable(error: BaseException) -> list[str]:
+    """Why no feature's Inductor stage applies: ``torch._inductor`` cannot be imported."""
+    cause = " (a warning that the warnings filters turn into an error)" if isinstance(error, Warning) else ""
+    return [f"torch._inductor cannot be imported here{cause}:", _fit(f"  {type(error).__name__}: {error}")]
 
 
 def feature_states(report) -> dict[str, str]:
@@ -88,13 +110,15 @@ def _wrapped(text: str, indent: int) -> list[str]:
                          break_long_words=False, break_on_hyphens=False) or [""]
 
 
-def format_text(report, verbose: bool = False) -> list[str]:
+def format_text(report, verbose: bool = False, inductor_error: BaseException | None = None) -> list[str]:
     from .revision import package_version
 
     lines = [
         _fit(f"inductor_addmm_fix {package_version()} on torch {report.torch_version}"),
         _fit(headline(report)),
     ]
+    if inductor_error is not None:
+        lines += inductor_unavailable(inductor_error)
     for name, state in feature_states(report).items():
         line = f"  {name:<{NAME_WIDTH}}{state}"
         lines += _wrapped(line, 0) if verbose else [_fit(line)]
@@ -124,7 +148,8 @@ def _patch_lines(patches) -> list[str]:
 
 
 def run(as_json: bool, verbose: bool = False) -> int:
-    """Print the report; exit code 0 when the fix is active, 1 when not, 2 without torch."""
+    """Print the report; exit code 0 when the fix is active, 1 when not (or still waiting
+    for torch._inductor, which cannot be imported here), 2 without torch."""
     try:
         import torch  # noqa: F401  (activates the fix through whichever route is on)
     except Exception as error:
@@ -132,16 +157,18 @@ def run(as_json: bool, verbose: bool = False) -> int:
         return 2
     import inductor_addmm_fix as fix
 
+    inductor_error = None
     try:
         import torch._inductor.compile_fx  # noqa: F401  (the Inductor part of each feature waits for it)
     except Exception as error:
-        print(f"(torch._inductor cannot be imported: {type(error).__name__}: {error})")
+        inductor_error = error
     report = fix.status()
     if as_json:
         from .revision import git_revision
 
+        unimportable = None if inductor_error is None else f"{type(inductor_error).__name__}: {inductor_error}"
         print(json.dumps({**report.as_dict(), "summary": headline(report), "git_revision": git_revision(),
-                          "routes": _routes_report()}, indent=2))
+                          "inductor_import_error": unimportable, "routes": _routes_report()}, indent=2))
     else:
-        print("\n".join(format_text(report, verbose)))
-    return 0 if report.installed else 1
+        print("\n".join(format_text(report, verbose, inductor_error)))
+    return 0 if report.installed and not report.waiting else 1

@@ -95,6 +95,61 @@ def meta_kernel_works(name: str) -> bool:
     return True
 
 
+def eager_cpu_has_kernel(qualname: str) -> bool:
+    """Whether eager mode has a CPU kernel for ``aten.<qualname>`` (``"mm.dtype_out"``):
+    runs it on small CPU operands (bf16, fp32 result).  Torch implements the out_dtype
+    matmuls for CUDA and XPU only; the dispatcher raises ``NotImplementedError``
+    ("Could not run ... from the 'CPU' backend") on the CPU.  Any other outcome counts
+    as a kernel."""
+    name, _, which = qualname.partition(".")
+    try:
+        operands = [torch.zeros(a.shape, dtype=a.dtype) if isinstance(a, torch.Tensor) else a for a in _meta_operands(name)]
+        if which == "dtype_out":
+            aten_op(qualname)(*operands, out=torch.empty(_result_shape(name)))
+        else:
+            aten_op(qualname)(*operands)
+    except NotImplementedError:
+        return False
+    except Exception:
+        return True
+    return True
+
+
+def has_no_derivative(qualname: str) -> bool:
+    """Whether torch defines no derivative for ``aten.<qualname>`` (``"mm.dtype"``):
+    eager's autograd kernel runs the forward and ``backward()`` raises "derivative for
+    aten::mm is not implemented".  Runs that kernel on meta operands (a bf16 matrix
+    that requires grad), with a mode that answers the op itself, so that no meta kernel
+    is needed; False if anything else happens."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    name, _, which = qualname.partition(".")
+    op = aten_op(qualname)
+    shape = _result_shape(name)
+
+    class _Answer(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if func is op:
+                return kwargs["out"] if "out" in kwargs else torch.empty(shape, device="meta", dtype=torch.float32)
+            return func(*args, **kwargs)
+
+    try:
+        operands = list(_meta_operands(name))
+        leaf = operands[-3] = operands[-3].detach().requires_grad_()  # the first matrix operand
+        with torch.enable_grad(), _Answer():
+            if which == "dtype_out":
+                result = op(*operands, out=torch.empty(shape, device="meta", dtype=torch.float32))
+            else:
+                result = op(*operands)
+            torch.autograd.grad(result, leaf, torch.empty_like(result))
+    except RuntimeError as error:
+        return "not implemented" in str(error)
+    except Exception:
+        return False
+    return False
+
+
 def _invalid_meta_calls(name: str) -> dict[str, tuple[Any, ...]]:
     """Inputs that eager (CUDA) rejects, by what is wrong with them, as meta tensors."""
     bias, a, b, out_dtype = (None, *_meta_operands(name)) if name in ("mm", "bmm") else _meta_operands(name)
