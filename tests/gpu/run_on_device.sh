@@ -8,6 +8,8 @@
 #   loop        tests/gpu/test_liger_training_loop.py over $LOOP_WORKERS workers (pytest-xdist,
 #               default 6); one JSON line per case in $OUT/loop.jsonl (python scripts/loop_table.py
 #               renders it); LOOP_FEATURES=<spec> runs it with those features (e.g. -accumulate_pairs)
+#   analysis    tests/gpu/test_triton_analysis_cuda.py: Liger's cross-entropy kernel with class weights and
+#               softcap compiled, analysed without a traceback, only its outputs copied
 #   hf          tests/gpu/test_hf_liger_models.py with Liger 0.8.5 (Llama, Qwen 2, Gemma 2 from configs;
 #               compiled model and whole step vs eager; Trainer) over $HF_WORKERS workers (default 7);
 #               one JSON line per case in $OUT/hf.jsonl
@@ -31,7 +33,7 @@ install_liger() {  # $1 = version, or "nightly"; once per machine (steps of para
 }
 hf_step() {  # $1 = step name, $2 = Liger version (a /tmp/site-<version>)
   install_liger $2
-  HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_RESULTS="$OUT/$1.jsonl" PYTHONPATH="${PYTHONPATH//site-0.8.5/site-$2}:$PWD/tests/gpu" \
+  HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_RESULTS="$OUT/$1.jsonl" PYTHONPATH="${PYTHONPATH//site-0.8.5/site-$2}" \
     step $1 ${HF_TIMEOUT:-420} python3 -m pytest -q -p no:cacheprovider -n ${HF_WORKERS:-7} -rfE tests/gpu/test_hf_liger_models.py --tb=short
 }
 step() {  # name, timeout, command...
@@ -53,10 +55,12 @@ for what in "$@"; do
       PYTHONPATH="$PYTHONPATH:/tmp/site-0.8.5" step repro-liger-with 300 python3 repro/flce_addmm_out_dtype.py ;;
     loop) install_liger 0.8.5
       LOOP_RESULTS="$OUT/loop.jsonl" PYTHONPATH="$PYTHONPATH:/tmp/site-0.8.5" step loop ${LOOP_TIMEOUT:-560} python3 -m pytest -q -p no:cacheprovider -n ${LOOP_WORKERS:-6} -k "${LOOP_K:-}" -rfE tests/gpu/test_liger_training_loop.py --tb=short ;;
+    analysis) install_liger 0.8.5
+      PYTHONPATH="$PYTHONPATH:/tmp/site-0.8.5" step analysis 200 python3 -m pytest -q -p no:cacheprovider -rA tests/gpu/test_triton_analysis_cuda.py --tb=short ;;
     hf) hf_step hf 0.8.5 ;;
     hfnightly) hf_step hfnightly nightly ;;
     compiletime) install_liger 0.8.5
-      PYTHONPATH="$PYTHONPATH:$PWD/tests/gpu" step compiletime ${COMPILE_TIMEOUT:-420} python3 benchmarks/compile_time.py --json "$OUT/compiletime.json" ${COMPILE_ARGS:-} ;;
+      step compiletime ${COMPILE_TIMEOUT:-420} python3 benchmarks/compile_time.py --json "$OUT/compiletime.json" ${COMPILE_ARGS:-} ;;
     ligersuite) install_liger 0.8.5
       rm -rf /tmp/liger-src && mkdir -p /tmp/liger-src && tar xzf .whl/liger_kernel-0.8.5.tar.gz -C /tmp/liger-src --strip-components=1
       (cd /tmp/liger-src && PYTHONPATH="$OLDPWD:$OLDPWD/tests/gpu:/tmp/site-0.8.5:/tmp/liger-src" step ligersuite ${LIGER_TIMEOUT:-560} python3 -m pytest -q -p no:cacheprovider -n ${LIGER_WORKERS:-4} -p liger_compiled_plugin -rfE --timeout 200 test/transformers/test_fused_linear_cross_entropy.py --tb=short) ;;

@@ -29,7 +29,7 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 transformers = pytest.importorskip("transformers", reason="needs transformers")
 pytest.importorskip("liger_kernel.transformers", reason="needs liger-kernel")
 
-import hf_training  # noqa: E402  (tests/gpu on sys.path: run_on_device.sh sets PYTHONPATH)
+from gpu import hf_training  # noqa: E402  (tests/ is on sys.path: conftest.py)
 
 LOSS_FLOOR = 1e-5  # relative: what fp32 sums in another order may differ by
 GRAD_FLOOR = 1e-4  # relative (norms): the same, after AdamW steps on either side
