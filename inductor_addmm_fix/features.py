@@ -62,6 +62,12 @@ FEATURE_TABLE = (
     Feature("triton_clones", inductor=("triton_kernels.clones",)),
     # Float arguments of user Triton kernels are read at run time, not specialized.
     Feature("triton_float_args", inductor=("triton_kernels.float_args",)),
+    # The analysis of what a user Triton kernel writes compiles its scalar arguments as arguments.
+    Feature(
+        "triton_analysis",
+        inductor=("triton_kernels.analysis",),
+        self_tests={"inductor": "triton_kernels.analysis:self_test"},
+    ),
     # A float Dynamo specializes in one frame's compile is not specialized in the next frames.
     Feature("float_specializations", inductor=("dynamo.float_specializations",)),
     # Dynamo answers the strides of a static-shaped tensor with ints.

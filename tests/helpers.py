@@ -109,29 +109,36 @@ def allocations(code: str, shape: tuple) -> int:
 # ---------------------------------------------------------------- features
 def unavailable_features() -> set:
     """The features this environment lacks what they need for: ``chunk_order`` before
-    torch 2.10, ``power_of_2_sizes`` without Triton.  Every other feature applies."""
+    torch 2.10, ``power_of_2_sizes`` and ``triton_analysis`` without Triton.  Every other
+    feature applies."""
     from inductor_addmm_fix.dynamo import power_of_2_sizes
     from inductor_addmm_fix.inductor.passes import chunk_order
+    from inductor_addmm_fix.triton_kernels import analysis
 
     lacking = set()
     if not chunk_order.supported():
         lacking.add("chunk_order")
     if power_of_2_sizes.triton_next_power_of_2() is None:
         lacking.add("power_of_2_sizes")
+    if not analysis.triton_available():
+        lacking.add("triton_analysis")
     return lacking
 
 
 def settled_states() -> dict:
     """feature -> what a working install reports for it here: ``applied``; ``not needed
-    on this torch`` where its probe finds stock torch right (``triton_clones`` on 2.15);
+    on this torch`` where its probe finds stock torch right (``triton_clones`` on 2.15,
+    ``triton_analysis`` on 2.12);
     ``unavailable on this torch`` (the start of the state) where the environment lacks
     what it needs (:func:`unavailable_features`)."""
     from inductor_addmm_fix.features import NAMES
-    from inductor_addmm_fix.triton_kernels import clones
+    from inductor_addmm_fix.triton_kernels import analysis, clones
 
     states = {name: "applied" for name in NAMES}
     if not clones.stock_copy_reads_storage_before_the_view():
         states["triton_clones"] = "not needed on this torch"
+    if analysis.triton_available() and not analysis.analysis_compiles_scalars_as_constants():
+        states["triton_analysis"] = "not needed on this torch"
     for name in unavailable_features():
         states[name] = "unavailable on this torch"
     return states
@@ -170,13 +177,14 @@ def live_tables() -> dict:
     from inductor_addmm_fix.inductor.passes.post_grad_slot import PASSES
 
     return {
-        # feature -> (owner, attribute) of the functions and methods it wraps
+        # feature -> (owner, attribute) of each function and method it wraps
         "attributes": {
-            "triton_clones": (triton_kernel_wrap, "clone_preserve_strides"),
-            "triton_float_args": (float_args.tensorify_caller(), "tensorify_python_scalars"),
-            "float_specializations": (convert_frame, "_compile"),
-            "static_strides": (TensorVariable, "specialize"),
-            "power_of_2_sizes": (UserFunctionVariable, "call_function"),
+            "triton_clones": [(triton_kernel_wrap, "clone_preserve_strides")],
+            "triton_float_args": [(float_args.tensorify_caller(), "tensorify_python_scalars")],
+            "triton_analysis": [(triton_kernel_wrap, "generate_ttir"), (triton_kernel_wrap, "identify_mutated_tensors")],
+            "float_specializations": [(convert_frame, "_compile")],
+            "static_strides": [(TensorVariable, "specialize")],
+            "power_of_2_sizes": [(UserFunctionVariable, "call_function")],
         },
         "decomp": decomposition_table,
         "meta": meta_table,
@@ -220,8 +228,9 @@ def tables_snapshot(tables: dict | None = None) -> dict:
         snap[("views", "lowering", str(op))] = _entry(tables["lowering"], op)
     for name in ("slice_writes", "chunk_order", "accumulate_pairs"):
         snap[(name, "passes", name)] = [id(p) for (_, n), p in tables["passes"].items() if n == name]
-    for feature, (owner, attr) in tables["attributes"].items():
-        snap[(feature, "attribute", attr)] = id(vars(owner).get(attr))
+    for feature, slots in tables["attributes"].items():
+        for owner, attr in slots:
+            snap[(feature, "attribute", attr)] = id(vars(owner).get(attr))
     snap[("shared", "cache_key_tag")] = tables["compiler_config"].cache_key_tag
     snap[("shared", "post_grad_custom_post_pass")] = id(tables["inductor_config"].post_grad_custom_post_pass)
     snap[("shared", "meta_path")] = tuple(type(finder).__qualname__ for finder in sys.meta_path)

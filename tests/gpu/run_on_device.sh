@@ -8,6 +8,14 @@
 #   loop        tests/gpu/test_liger_training_loop.py over $LOOP_WORKERS workers (pytest-xdist,
 #               default 6); one JSON line per case in $OUT/loop.jsonl (python scripts/loop_table.py
 #               renders it); LOOP_FEATURES=<spec> runs it with those features (e.g. -accumulate_pairs)
+#   analysis    tests/gpu/test_triton_analysis_cuda.py: Liger's cross-entropy kernel with class weights and
+#               softcap compiled, analysed without a traceback, only its outputs copied
+#   hf          tests/gpu/test_hf_liger_models.py with Liger 0.8.5 (Llama, Qwen 2, Gemma 2 from configs;
+#               compiled model and whole step vs eager; Trainer) over $HF_WORKERS workers (default 7);
+#               one JSON line per case in $OUT/hf.jsonl
+#   hfnightly   the same with liger-kernel-nightly (.whl/liger_kernel_nightly-*.whl); $OUT/hfnightly.jsonl
+#   compiletime benchmarks/compile_time.py (COMPILE_ARGS, default: the small-H model and the Llama-3-8B
+#               head, static and changing lengths); its table in $OUT/compiletime.log, JSON in $OUT/compiletime.json
 #   ligersuite  Liger 0.8.5's own FLCE test file (from .whl/liger_kernel-0.8.5.tar.gz) with
 #               one compiled FLCE Function per worker (tests/gpu/liger_compiled_plugin.py);
 #               LIGER_WORKERS (default 4) workers, LIGER_TIMEOUT (default 560) seconds
@@ -16,10 +24,17 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-cache
 export PYTHONPATH="$PWD:$PWD/tests:/tmp/site-0.8.5"
 summary="$OUT/summary.txt"; : > "$summary"
-install_liger() {  # $1 = version; once per machine (steps of parallel calls share it)
+install_liger() {  # $1 = version, or "nightly"; once per machine (steps of parallel calls share it)
   [ -d /tmp/site-$1/liger_kernel ] && return
   rm -rf /tmp/site-$1
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site-$1 .whl/liger_kernel-$1-*.whl
+  local wheel=.whl/liger_kernel-$1-*.whl
+  [ "$1" = nightly ] && wheel=.whl/liger_kernel_nightly-*.whl
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site-$1 $wheel
+}
+hf_step() {  # $1 = step name, $2 = Liger version (a /tmp/site-<version>)
+  install_liger $2
+  HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_RESULTS="$OUT/$1.jsonl" PYTHONPATH="${PYTHONPATH//site-0.8.5/site-$2}" \
+    step $1 ${HF_TIMEOUT:-420} python3 -m pytest -q -p no:cacheprovider -n ${HF_WORKERS:-7} -rfE tests/gpu/test_hf_liger_models.py --tb=short
 }
 step() {  # name, timeout, command...
   local name=$1 t=$2; shift 2
@@ -40,6 +55,12 @@ for what in "$@"; do
       PYTHONPATH="$PYTHONPATH:/tmp/site-0.8.5" step repro-liger-with 300 python3 repro/flce_addmm_out_dtype.py ;;
     loop) install_liger 0.8.5
       LOOP_RESULTS="$OUT/loop.jsonl" PYTHONPATH="$PYTHONPATH:/tmp/site-0.8.5" step loop ${LOOP_TIMEOUT:-560} python3 -m pytest -q -p no:cacheprovider -n ${LOOP_WORKERS:-6} -k "${LOOP_K:-}" -rfE tests/gpu/test_liger_training_loop.py --tb=short ;;
+    analysis) install_liger 0.8.5
+      PYTHONPATH="$PYTHONPATH:/tmp/site-0.8.5" step analysis 200 python3 -m pytest -q -p no:cacheprovider -rA tests/gpu/test_triton_analysis_cuda.py --tb=short ;;
+    hf) hf_step hf 0.8.5 ;;
+    hfnightly) hf_step hfnightly nightly ;;
+    compiletime) install_liger 0.8.5
+      step compiletime ${COMPILE_TIMEOUT:-420} python3 benchmarks/compile_time.py --json "$OUT/compiletime.json" ${COMPILE_ARGS:-} ;;
     ligersuite) install_liger 0.8.5
       rm -rf /tmp/liger-src && mkdir -p /tmp/liger-src && tar xzf .whl/liger_kernel-0.8.5.tar.gz -C /tmp/liger-src --strip-components=1
       (cd /tmp/liger-src && PYTHONPATH="$OLDPWD:$OLDPWD/tests/gpu:/tmp/site-0.8.5:/tmp/liger-src" step ligersuite ${LIGER_TIMEOUT:-560} python3 -m pytest -q -p no:cacheprovider -n ${LIGER_WORKERS:-4} -p liger_compiled_plugin -rfE --timeout 200 test/transformers/test_fused_linear_cross_entropy.py --tb=short) ;;

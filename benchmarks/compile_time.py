@@ -1,0 +1,220 @@
+"""Compile time of a decoder's training step with Liger's FLCE head, against the same
+model with ``F.cross_entropy`` of the full logits, and with the FLCE head left eager.
+
+A Llama-shaped decoder from a config (random weights, bf16 on CUDA), its whole training
+step (forward, backward, AdamW) under ``torch.compile``, run over a sequence of lengths:
+``static`` (one length) or ``changing`` (a new length most steps).  Heads:
+
+* ``liger``: Liger's ``apply_liger_kernel_to_llama(model=...)``, its FLCE head compiled;
+* ``ce``: the same Liger layers (RMSNorm, SwiGLU, RoPE) with Hugging Face's loss,
+  ``F.cross_entropy`` of the full logits;
+* ``liger-eager``: Liger's FLCE head left eager (``torch.compiler.disable`` around
+  ``liger_fused_linear_cross_entropy``), the rest compiled.
+
+Models: ``small-h`` (H 1024, V 151936, 2 layers: Liger's chunks are 16 rows at 1024
+tokens, its loop runs ~100 times), ``llama3-8b-head`` (H 4096, V 128256, one layer of
+Llama 3 8B's shape), ``tiny`` (for a CPU smoke run of the script: ``--device cpu --heads
+ce``; Liger's kernels need a GPU).
+
+Each (model, head, lengths) runs in a fresh interpreter with empty Inductor and Triton
+caches, one after the other.  Per step it records the wall time, the graphs compiled so
+far (``counters["stats"]["unique_graphs"]``), graph breaks, and where compile time went
+from torch's own timers (``torch._dynamo.utils.compilation_time_metrics``, what
+``compile_times()`` prints: Dynamo's tracing, AOTAutograd, Inductor's lowering and code
+generation, waiting for kernels).  A step whose graphs grew is a compile: its time less
+the median of the steps that compiled nothing is its compile time.
+
+    python benchmarks/compile_time.py                       # GPU: both models, three heads, both shapes
+    python benchmarks/compile_time.py --models small-h --heads liger,ce --shapes changing
+    python benchmarks/compile_time.py --device cpu --models tiny --heads ce --lengths 64,96,48,80
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+MODELS = {
+    "small-h": dict(hidden_size=1024, intermediate_size=2816, num_hidden_layers=2, num_attention_heads=16,
+                    num_key_value_heads=8, vocab_size=151936),
+    "llama3-8b-head": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=1, num_attention_heads=32,
+                           num_key_value_heads=8, vocab_size=128256),
+    "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4,
+                 num_key_value_heads=2, vocab_size=2048),
+}  # fmt: skip
+SHAPES = {"static": (1024, 1024, 1024, 1024, 1024, 1024), "changing": (1024, 1536, 768, 1280, 896, 1152)}
+HEADS = ("liger", "ce", "liger-eager")
+#: torch's timers shown for a compile, each a phase (the timers nest: these overlap little)
+PHASES = {
+    "bytecode_tracing": "Dynamo tracing",
+    "aot_trace_joint_graph": "AOTAutograd tracing",
+    "_recursive_joint_graph_passes": "joint passes",
+    "_recursive_post_grad_passes": "post-grad passes",
+    "GraphLowering.run": "Inductor lowering",
+    "Scheduler.__init__": "scheduling",
+    "GraphLowering.codegen": "code generation",
+    "async_compile.wait": "waiting for kernels",
+    "compile_file": "C++ compile",
+}
+
+
+# ---------------------------------------------------------------- one run (a fresh interpreter)
+def build(model_name: str, head: str, device: str):
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(**MODELS[model_name], attn_implementation="sdpa")
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    model = transformers.LlamaForCausalLM(config).to(device=device, dtype=dtype).train()
+    if device == "cuda":  # Liger's kernels are Triton kernels
+        import liger_kernel.transformers as liger
+        import liger_kernel.transformers.functional as functional
+
+        liger.apply_liger_kernel_to_llama(model=model, fused_linear_cross_entropy=head != "ce")
+        if head == "liger-eager":
+            functional.liger_fused_linear_cross_entropy = torch.compiler.disable(functional.liger_fused_linear_cross_entropy)
+    elif head != "ce":
+        raise SystemExit(f"head {head!r} needs CUDA (Liger's Triton kernels)")
+    return model
+
+
+def timers() -> dict[str, float]:
+    from torch._dynamo.utils import compilation_time_metrics
+
+    return {name: sum(times) for name, times in compilation_time_metrics.items()}
+
+
+def run_one(spec: dict) -> dict:
+    import torch
+    from torch._dynamo.utils import counters
+
+    import inductor_addmm_fix  # noqa: F401  (active where installed; imported for a checkout on PYTHONPATH)
+
+    device = spec["device"]
+    model = build(spec["model"], spec["head"], device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def step(batch):
+        optimizer.zero_grad(set_to_none=True)
+        loss = model(**batch).loss
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+
+    compiled = torch.compile(step)
+    generator = torch.Generator().manual_seed(0)
+    vocab = MODELS[spec["model"]]["vocab_size"]
+    rows = []
+    counters.clear()
+    for length in spec["lengths"]:
+        ids = torch.randint(vocab, (1, length), generator=generator)
+        labels = ids.clone()
+        labels[:, -length // 8 :] = -100  # a padded tail
+        batch = {"input_ids": ids.to(device), "labels": labels.to(device)}
+        before, graphs_before = timers(), counters["stats"]["unique_graphs"]
+        start = time.perf_counter()
+        loss = compiled(batch).item()  # .item(): waits for the device
+        wall = time.perf_counter() - start
+        after = timers()
+        spent = {k: after[k] - before.get(k, 0.0) for k in after if after[k] - before.get(k, 0.0) > 1e-3}
+        rows.append({
+            "length": length, "wall_s": wall, "loss": loss, "graphs": counters["stats"]["unique_graphs"],
+            "new_graphs": counters["stats"]["unique_graphs"] - graphs_before,
+            "graph_breaks": sum(counters["graph_break"].values()), "timers_s": spent,
+        })  # fmt: skip
+    return {**spec, "steps": rows, "torch": torch.__version__}
+
+
+# ---------------------------------------------------------------- the table
+def summarize(result: dict) -> dict:
+    steps = result["steps"]
+    steady = [s["wall_s"] for s in steps if s["new_graphs"] == 0] or [min(s["wall_s"] for s in steps)]
+    base = statistics.median(steady)
+    compiles = [s for s in steps if s["new_graphs"] > 0]
+    first = compiles[0]["wall_s"] - base if compiles and compiles[0] is steps[0] else 0.0
+    recompiles = [s["wall_s"] - base for s in compiles if s is not steps[0]]
+    top = [(label, steps[0]["timers_s"][name]) for name, label in PHASES.items() if name in steps[0]["timers_s"]]
+    return {
+        "first_s": first, "recompiles_s": recompiles, "graphs": steps[-1]["graphs"],
+        "graphs_per_step": [s["graphs"] for s in steps], "graph_breaks": steps[-1]["graph_breaks"],
+        "step_ms": base * 1e3, "first_compile_timers": top,
+    }  # fmt: skip
+
+
+def print_row(result: dict) -> None:
+    label = f"{result['model']:<15} {result['head']:<12} {result['shapes']:<9}"
+    if "error" in result:
+        print(f"{label} failed: {result['error']}", flush=True)
+        return
+    s = result["summary"]
+    recompiles = " ".join(f"{r:.1f}" for r in s["recompiles_s"]) or "-"
+    print(f"{label} {s['first_s']:>9.1f} {recompiles:>22} {s['graphs']:>6} {s['graph_breaks']:>6} {s['step_ms']:>9.1f}"
+          f"  graphs/step {s['graphs_per_step']}", flush=True)  # fmt: skip
+    print("    first compile, torch's timers: " + ", ".join(f"{k} {v:.1f}s" for k, v in s["first_compile_timers"]), flush=True)
+
+
+def print_ratios(results: list[dict]) -> None:
+    """Liger's first compile and recompiles over the ``ce`` head's, per model and shapes."""
+    done = {(r["model"], r["head"], r["shapes"]): r["summary"] for r in results if "summary" in r}
+    for (model, head, shapes), s in sorted(done.items()):
+        ce = done.get((model, "ce", shapes))
+        if head == "ce" or ce is None or ce["first_s"] <= 0:
+            continue
+        line = f"{model} {shapes}: {head} / ce first compile {s['first_s'] / ce['first_s']:.2f}x"
+        if s["recompiles_s"] and ce["recompiles_s"]:
+            line += f", recompiles {sum(s['recompiles_s']) / sum(ce['recompiles_s']):.2f}x"
+        line += f", graphs {s['graphs']} vs {ce['graphs']}"
+        print(line, flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", default="small-h,llama3-8b-head")
+    parser.add_argument("--heads", default=",".join(HEADS))
+    parser.add_argument("--shapes", default="static,changing")
+    parser.add_argument("--lengths", help="comma list: one run over these lengths instead of --shapes")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--timeout", type=float, default=600, help="seconds per run")
+    parser.add_argument("--json", help="write every run's steps here")
+    parser.add_argument("--one", help=argparse.SUPPRESS)  # a run's spec, in the child
+    args = parser.parse_args()
+    if args.one:
+        print(json.dumps(run_one(json.loads(args.one))))
+        return
+    shapes = {"custom": tuple(int(n) for n in args.lengths.split(","))} if args.lengths else {k: SHAPES[k] for k in args.shapes.split(",")}
+    print(f"{'model':<15} {'head':<12} {'lengths':<9} {'first (s)':>9} {'recompiles (s)':>22} {'graphs':>6} {'breaks':>6} {'step (ms)':>9}", flush=True)
+    results = []
+    for model in args.models.split(","):
+        for shape_name, lengths in shapes.items():
+            for head in args.heads.split(","):
+                spec = {"model": model, "head": head, "shapes": shape_name, "lengths": list(lengths), "device": args.device}
+                with tempfile.TemporaryDirectory(prefix="compile-time-") as caches:
+                    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=f"{caches}/inductor", TRITON_CACHE_DIR=f"{caches}/triton")
+                    try:
+                        child = subprocess.run([sys.executable, __file__, "--one", json.dumps(spec)], env=env,
+                                               capture_output=True, text=True, timeout=args.timeout)  # fmt: skip
+                        if child.returncode:
+                            raise RuntimeError(child.stderr.strip().splitlines()[-1] if child.stderr.strip() else f"exit {child.returncode}")
+                        result = json.loads(child.stdout.strip().splitlines()[-1])
+                        result["summary"] = summarize(result)
+                    except subprocess.TimeoutExpired:
+                        result = {**spec, "error": f"over {args.timeout:.0f} s"}
+                    except Exception as error:  # one run failing leaves the others' rows
+                        result = {**spec, "error": f"{type(error).__name__}: {error}"}
+                results.append(result)
+                print_row(result)
+    print_ratios(results)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
