@@ -135,8 +135,12 @@ def host_ms(fn, tensors, clear, reps: int = 5) -> float:
     return times[len(times) // 2]
 
 
-def kernel_ms(fn, tensors, clear) -> tuple[float, int]:
-    """(GPU kernel ms, kernels launched) of one profiled step."""
+def kernel_ms(fn, tensors, clear, groups: dict | None = None) -> tuple[float, int]:
+    """(GPU kernel ms, kernels launched) of one profiled step; ``groups`` (if given)
+    gets ms and launches per kernel name, the trailing index of Inductor's names
+    dropped (``triton_poi_fused_add_3`` -> ``triton_poi_fused_add``)."""
+    import re
+
     from torch.profiler import ProfilerActivity, profile
 
     clear()
@@ -145,7 +149,21 @@ def kernel_ms(fn, tensors, clear) -> tuple[float, int]:
         fn(*tensors).backward()
         torch.cuda.synchronize()
     events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    if groups is not None:
+        for e in events:
+            name = re.sub(r"_\d+$", "", e.name[:80])
+            ms, n = groups.get(name, (0.0, 0))
+            groups[name] = (ms + e.device_time / 1e3, n + 1)
     return sum(e.device_time for e in events) / 1e3, len(events)
+
+
+def blocks_at_peak(fn, tensors, clear, min_mib: float = 16.0) -> list:
+    """[(where, MiB, count)] of the blocks alive at the step's memory peak, by the line
+    that allocated them (a line of Inductor's generated wrapper for compiled code)."""
+    from flce_profile import live_at_peak
+
+    _, rows = live_at_peak(lambda: fn(*tensors).backward(), clear, min_mib)
+    return [(where, size / 2**20, n) for where, size, n in rows]
 
 
 def row(head: str, bt: int, accum, graph: str, args, stock: bool = False) -> dict:
@@ -180,8 +198,12 @@ def row(head: str, bt: int, accum, graph: str, args, stock: bool = False) -> dic
         grads_within_eager=all(errors["compiled"][k] <= 1.05 * errors["eager"][k] + 1e-7 for k in ("grad_x", "grad_w")),
     )
     if args.profile:
-        out["kernel_ms"], out["kernels"] = kernel_ms(fn, (xs, ws, ts), clear)
+        groups: dict = {}
+        out["kernel_ms"], out["kernels"] = kernel_ms(fn, (xs, ws, ts), clear, groups)
         out["eager_kernel_ms"], out["eager_kernels"] = kernel_ms(loss_fn, (x, w, t), clear)
+        if args.kernels:
+            out["kernel_groups"] = sorted(([k, ms, n] for k, (ms, n) in groups.items()), key=lambda r: -r[1])
+            out["blocks_at_peak"] = blocks_at_peak(fn, (xs, ws, ts), clear)
     del fn, x, w, t, xs, ws, ts, results
     torch._dynamo.reset()
     torch.cuda.empty_cache()
@@ -208,6 +230,25 @@ def print_table(rows: list) -> None:
         )
 
 
+def print_kernel_differences(rows: list, top: int = 12) -> None:
+    """Per compiled row with --kernels, the kernel groups whose GPU time differs most
+    from the static graph's of the same head, BT and accum."""
+    static = {(r["head"], r["bt"], r["accum"], r["package"]): r for r in rows if r["graph"] == "static" and "kernel_groups" in r}
+    for r in rows:
+        base = static.get((r["head"], r["bt"], r["accum"], r["package"]))
+        if r["graph"] == "static" or base is None or "kernel_groups" not in r:
+            continue
+        a = {k: (ms, n) for k, ms, n in base["kernel_groups"]}
+        b = {k: (ms, n) for k, ms, n in r["kernel_groups"]}
+        diff = sorted(((b.get(k, (0, 0))[0] - a.get(k, (0, 0))[0], k) for k in set(a) | set(b)), key=lambda d: -abs(d[0]))
+        print(f"\n## {r['head']} BT={r['bt']} accum={r['accum']}: {r['graph']} - static, GPU ms per kernel group "
+              f"(total {r['kernel_ms'] - base['kernel_ms']:+.2f} ms; launches {r['kernels']} vs {base['kernels']})")
+        for d, k in diff[:top]:
+            print(f"{d:+9.3f}  {b.get(k, (0, 0))[1]:5d} vs {a.get(k, (0, 0))[1]:5d}  {k}")
+        for label, row in (("static", base), (r["graph"], r)):
+            print(f"# blocks alive at the peak, {label}: " + "; ".join(f"{w} {mib:.0f} MiB x{n}" for w, mib, n in row.get("blocks_at_peak", [])[:8]))
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--case", action="append", help=f"HEAD:BT[,BT...] (heads: {', '.join(HEADS)}); default: {' '.join(DEFAULT_CASES)}")
@@ -216,6 +257,8 @@ def main(argv=None) -> int:
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--reps", type=int, default=8)
     p.add_argument("--profile", action="store_true", help="GPU kernel time of one profiled step per row")
+    p.add_argument("--kernels", action="store_true", help="with --profile: GPU time per kernel and the blocks alive at the memory peak, "
+                   "compared with the static graph's")
     p.add_argument("--stock", action="store_true", help="also each accum=None row with the package off (stock torch)")
     p.add_argument("--json", help="write every row here, as each completes")
     args = p.parse_args(argv)
@@ -256,6 +299,7 @@ def main(argv=None) -> int:
                     with open(args.json, "w") as f:
                         json.dump(dict(device=torch.cuda.get_device_name(), torch=torch.__version__, rows=rows), f, indent=1)
     print_table(rows)
+    print_kernel_differences(rows)
     return 0
 
 
