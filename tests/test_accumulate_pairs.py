@@ -208,3 +208,83 @@ def test_symbolic_sizes_are_costed_at_their_hints_without_a_warning():
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # torch 2.11 deprecates hint_int with a FutureWarning
         assert accumulate_pairs._bytes(placeholder.meta["val"]) == g.numel() * g.element_size()
+
+
+# ---------------------------------------------------------------- rows of one tensor, symbolic bounds
+def symbols(**ranges):
+    """Backed symbolic ints of one ShapeEnv, each with a hint and a value range (lower,
+    upper; None: unbounded), as Dynamo makes them for sizes and ints of a frame."""
+    import sympy
+    from torch._dynamo.source import ConstantSource
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv
+    from torch.utils._sympy.value_ranges import ValueRanges
+
+    env = ShapeEnv()
+    out = {}
+    for name, (hint, lower) in ranges.items():
+        symbol = env.create_symbol(hint, ConstantSource(name), dynamic_dim=DimDynamic.DYNAMIC, positive=None)
+        env.var_to_range[symbol] = ValueRanges(lower if lower is not None else -sympy.oo, sympy.oo)
+        out[name] = env.create_symintnode(symbol, hint=hint)
+    return out
+
+
+def bound_nodes(*values) -> list:
+    """Each value as a graph node holding it (as a slice bound appears in a graph)."""
+    graph = fx.Graph()
+    nodes = []
+    for i, value in enumerate(values):
+        node = graph.placeholder(f"b{i}")
+        node.meta["val"] = value
+        nodes.append(node)
+    return nodes
+
+
+def adjacent(*ranges) -> bool:
+    """_symbolic_adjacent of row ranges [(start, end), ...] given as SymInts or ints."""
+    nodes = bound_nodes(*(b for r in ranges for b in r))
+    return accumulate_pairs._symbolic_adjacent(nodes[0::2], nodes[1::2])
+
+
+def test_liger_chunks_of_a_symbolic_row_count_are_adjacent_rows():
+    """``x[k*c : min((k+1)*c, bt)]`` for consecutive k: one slice, whatever bt's sign (a
+    Python int of the resumed frame, of no known range)."""
+    s = symbols(c=(256, 0), bt=(1536, None))
+    c, bt = s["c"], s["bt"]
+    for k in (0, 2):
+        assert adjacent((k * c, torch.sym_min((k + 1) * c, bt)), ((k + 1) * c, torch.sym_min((k + 2) * c, bt)))
+
+
+def test_symbolic_rows_with_a_gap_or_other_clamps_are_not_adjacent():
+    s = symbols(c=(256, 0), bt=(1536, None), other=(1536, None))
+    c, bt, other = s["c"], s["bt"], s["other"]
+    assert not adjacent((0, torch.sym_min(c, bt)), (c + 1, torch.sym_min(2 * c, bt)))  # a row between
+    assert not adjacent((0, torch.sym_min(c, bt)), (c, torch.sym_min(2 * c, other)))  # clamped by another size
+    assert not adjacent((0, torch.sym_min(2 * c, bt)), (c, torch.sym_min(3 * c, bt)))  # overlapping
+
+
+def test_symbolic_rows_are_adjacent_only_in_a_known_order():
+    s = symbols(c=(256, None), n=(1536, 0), d=(512, 0))
+    c, n, d = s["c"], s["n"], s["d"]
+    assert not adjacent((0, torch.sym_min(c, n)), (c, torch.sym_min(2 * c, n)))  # c may be negative
+    assert adjacent((0, n), (n, 2 * n))  # each end the next start, sizes of known sign
+    assert not adjacent((0, n), (n, d))  # the last end may come before its start
+
+
+def accumulate_symbolic_chunks(acc, g, x, chunk: int, rows: int):
+    """Liger's loop over a row count and a chunk size that are ints of the frame (symbolic
+    once they change): the last chunk is cut at ``rows``."""
+    for k in range((rows + chunk - 1) // chunk):
+        start, end = k * chunk, min((k + 1) * chunk, rows)
+        acc = torch.addmm(acc, g[start:end].t(), x[start:end])
+    return acc
+
+
+def test_merged_pairs_of_symbolic_chunks_read_one_slice_of_x():
+    acc, g, x = torch.randn(V, H), torch.randn(BT, V), torch.randn(BT, H)
+    compiled = compile_and_run(accumulate_symbolic_chunks, acc, g, x, CHUNK, BT, dynamic=True)
+    assert compiled.events("accumulate_pairs") == {"chains": 1, "pairs": 3}
+    assert re.search(r"\bs\d+\b", compiled.code)  # the control: the bounds are symbolic
+    # g's and x's chunks are slices of one tensor each: no cat (whose pieces are aliases of its buffer).
+    assert "# alias" not in compiled.code
+    expected = accumulate_symbolic_chunks(acc.double(), g.double(), x.double(), CHUNK, BT)
+    torch.testing.assert_close(compiled.result.double(), expected, rtol=1e-4, atol=1e-4)
