@@ -23,7 +23,7 @@ def test_readme_starts_with_the_two_commands_ci_runs():
     assert len(block) == 2
     setup, tests = block
     assert setup.startswith("python3 -m venv .venv && ") and setup.endswith(" -m inductor_addmm_fix check")
-    assert tests == ".venv/bin/python -m pytest -q tests"
+    assert tests == ".venv/bin/python -m pytest -q -n 2 tests"
     assert readme.index("```bash") < 400  # on the first screen
     # .ci/run reads the same block (awk); run its extraction here.
     awk = re.search(r"awk '([^']*)' README.md", (ROOT / ".ci/run").read_text()).group(1)

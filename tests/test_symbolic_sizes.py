@@ -75,21 +75,27 @@ def is_symbolic(codes: list) -> bool:
     return any(re.search(r"assert_size_stride\(\w+, \([^)]*\bs\d+\b", code) for code in codes)
 
 
-def test_the_automatic_dynamic_graph_is_rewritten_as_the_static_one(static_events):
-    compiled = compile_and_run(flce, *inputs(ROWS, 1), fullgraph=False, dynamic=None)  # torch.compile's default
+@pytest.fixture(scope="module")
+def automatic_graph():
+    """The recompile at a second row count (torch.compile's default: automatic dynamic
+    shapes), and the inputs of that call."""
+    compiled = compile_and_run(flce, *inputs(ROWS, 1), fullgraph=False, dynamic=None)
     x, w, target = inputs(OTHER_ROWS, 2)
     again = call_again(compiled, x, w, target)
     assert is_symbolic(again.codes)  # the control: the recompile has symbolic sizes
+    return again, (x, w, target)
+
+
+def test_the_automatic_dynamic_graph_is_rewritten_as_the_static_one(static_events, automatic_graph):
+    again, (x, w, target) = automatic_graph
     assert events(again.counts) == static_events
     assert_like_float64(again.result, x, w, target)
 
 
-def test_the_automatic_dynamic_graph_copies_no_more_than_the_static_one(static_graph):
+def test_the_automatic_dynamic_graph_copies_no_more_than_the_static_one(static_graph, automatic_graph):
     """The merged pair reads its rows of ``x`` as one slice, as in the static graph: the
     chunks' symbolic bounds ``[k*c, min((k+1)*c, BT))`` are proven adjacent."""
-    compiled = compile_and_run(flce, *inputs(ROWS, 5), fullgraph=False, dynamic=None)
-    again = call_again(compiled, *inputs(OTHER_ROWS, 6))
-    assert is_symbolic(again.codes)
+    again, _ = automatic_graph
     assert pieces_of_buffers(again.codes) == static_graph[1]
 
 
