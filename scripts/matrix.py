@@ -53,7 +53,7 @@ RELEASES = {
     "2.14": "2.14.1",
     "2.15": "2.15.0",
 }
-TEST_DEPS = ["pytest", "hypothesis", "numpy", "packaging"]
+TEST_DEPS = ["pytest", "pytest-xdist", "hypothesis", "numpy", "packaging"]
 #: Requirements of a CUDA wheel that CPU tests do not need.
 SKIPPED_DEPS = {"triton", "cuda-bindings"}
 FUZZ_ENV = "INDUCTOR_ADDMM_FIX_FUZZ_EXAMPLES"
