@@ -291,6 +291,24 @@ def test_writes_into_a_graph_input_with_symbolic_sizes_go_straight_into_its_slic
     assert_close_to_float64(compiled.result, expected_total)
 
 
+def overlapping_into_a_graph_input(grad_input, x, w):
+    """Each chunk's rows overlap the next chunk's: the later write must win, in place too."""
+    for k in range(MANY):
+        torch.mm(torch.tanh(x[k * 2 : k * 2 + 4] @ w.t()), w, out=grad_input[k * 2 : k * 2 + 4])
+    return grad_input.sum()
+
+
+def test_overlapping_writes_into_a_graph_input_compile_in_order():
+    x, w, start = torch.randn(MANY * 2 + 2, H), torch.randn(V, H) / 4, torch.randn(MANY * 2 + 2, H)
+    buf = start.clone()
+    compiled = compile_and_run(overlapping_into_a_graph_input, buf, x, w)
+    assert compiled.events("slice_writes") == {"chains": 1, "pieces": MANY, "in_place": 1}
+    expected = start.double()
+    expected_total = overlapping_into_a_graph_input(expected, x.double(), w.double())
+    assert_close_to_float64(buf, expected)
+    assert_close_to_float64(compiled.result, expected_total)
+
+
 def test_stock_inductor_copies_a_whole_graph_input():
     """The control: without the pass the input's size is allocated and copied back."""
     bt = MANY * 8
