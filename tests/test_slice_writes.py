@@ -167,6 +167,25 @@ def test_overlapping_writes_into_a_graph_input_are_written_in_order():
     assert torch.equal(gm(base, *pieces), total) and torch.equal(base, expected)  # the later write wins
 
 
+def write_then_read(base, piece):
+    out = torch.slice_scatter(base, piece, 0, 2, 4)
+    return out[2:4] * 2, out[1:3] * 3  # the rows written; rows half written
+
+
+def test_a_slice_reading_back_the_rows_just_written_reads_their_source():
+    base, piece = torch.randn(8, H), torch.randn(2, H)
+    gm = traced(write_then_read, base, [piece])
+    counters[COUNTER].clear()
+    assert slice_writes.forward_read_backs(gm.graph) == 1
+    gm.graph.lint()
+    gm.recompile()
+    (mul_2, mul_3) = [n for n in gm.graph.nodes if n.target is aten.mul.Tensor]
+    assert mul_2.args[0].op == "placeholder"  # the piece itself
+    assert mul_3.args[0].target is aten.slice.Tensor  # other rows: still read from the scatter
+    for got, want in zip(gm(base, piece), write_then_read(base, piece)):
+        assert torch.equal(got, want)
+
+
 def test_the_pass_never_raises(monkeypatch):
     def broken(chain):
         raise RuntimeError("unexpected graph")

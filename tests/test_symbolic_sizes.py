@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from helpers import call_again, compile_and_run
-from workloads import flce_in_power_of_2_chunks
+from workloads import chunks_through_one_logits_buffer, flce_in_power_of_2_chunks
 
 from inductor_addmm_fix.inductor.passes import post_grad_slot
 
@@ -115,3 +115,19 @@ def test_a_graph_with_the_token_dimension_marked_dynamic_is_rewritten_as_the_sta
     assert is_symbolic(compiled.codes)
     assert events(compiled.counts) == static_events
     assert_like_float64(compiled.result, x, w, target)
+
+
+def test_chunks_written_into_one_buffer_are_read_back_without_copying_it():
+    """Liger's logits buffer: each chunk written into its first rows and read back.  The
+    symbolic graph reads the chunk itself, as the static one does, instead of a copy of
+    the whole buffer per chunk (the prefix is not provably all of it)."""
+    g = torch.Generator().manual_seed(7)
+    first = (torch.randn(ROWS, H, generator=g), torch.randn(V, H, generator=g), torch.randint(V, (ROWS,), generator=g))
+    x, w, target = torch.randn(OTHER_ROWS, H, generator=g), torch.randn(V, H, generator=g), torch.randint(V, (OTHER_ROWS,), generator=g)
+    compiled = compile_and_run(chunks_through_one_logits_buffer, *first, fullgraph=False, dynamic=None)
+    again = call_again(compiled, x, w, target)
+    assert is_symbolic(again.codes)
+    assert again.events("slice_writes")["reads"] >= 3  # a chunk's logits read back, every chunk
+    assert not re.search(rf"empty_strided_cpu\(\(s\d+, {V}\)", "".join(again.codes))  # no buffer of the storage's size
+    want = chunks_through_one_logits_buffer(x.double(), w.double(), target)
+    torch.testing.assert_close(again.result.double(), want, rtol=1e-4, atol=1e-5)

@@ -103,3 +103,22 @@ def flce_in_power_of_2_chunks(x, w, target, chunk_mem_const: int = 1, accum_dtyp
     inc_factor = (w.shape[0] + chunk_mem_const * x.shape[1] - 1) // (chunk_mem_const * x.shape[1])
     chunk = next_power_of_2((x.shape[0] + inc_factor - 1) // inc_factor)
     return flce_with_a_graph_break(x, w, target, chunk, accum_dtype)
+
+
+def chunks_through_one_logits_buffer(x, w, target):
+    """Liger 0.8.5's loop with its logits buffer: one ``[chunk, V]`` buffer made after the
+    ``.item()`` break, each chunk's logits written into its first rows
+    (``mm(x_k, w.t(), out=storage[:n_k])``), changed there in place (as Liger's kernel
+    writes the gradient over the logits) and read back for ``grad_input``."""
+    rows = x.shape[0]
+    chunk = 16 if rows <= 64 else 32
+    grad_input = torch.zeros_like(x)
+    n_valid = (target >= 0).sum().item()
+    storage = torch.empty((chunk, w.shape[0]), dtype=x.dtype)
+    for k in range((rows + chunk - 1) // chunk):
+        start, end = k * chunk, min((k + 1) * chunk, rows)
+        logits = storage[: end - start]
+        torch.mm(x[start:end], w.t(), out=logits)
+        logits.mul_(1.0 / n_valid)
+        torch.mm(logits, w, out=grad_input[start:end])
+    return grad_input

@@ -24,6 +24,11 @@ the post-grad slot (``post_grad_slot``), rewrites the chain in one of two ways:
   straight into its slice of the output.  Shorter chains are left alone, since Inductor
   would fuse that ``cat`` into one kernel that keeps every piece alive until the end.
 
+First, a slice that reads back exactly the rows a ``slice_scatter`` wrote reads the
+written source instead (:func:`forward_read_backs`; counted ``slice_writes:reads``), so
+that a buffer whose prefix each chunk reuses (Liger 0.8.5's logits buffer) is not copied
+whole per chunk where the prefix has a symbolic length.
+
 Only chains it can prove equal are rewritten: one dimension, step 1, each intermediate
 result used by the next write only (dead views aside); for a ``cat``, static sizes and
 bounds and pairwise disjoint ranges.  Writes into a graph input need neither: written in
@@ -254,6 +259,69 @@ def copied_back_into(chain: list[fx.Node], base: Any) -> fx.Node | None:
     return copies[0]
 
 
+def _same_bound(a: Any, b: Any, default: Any) -> bool:
+    """Two slice bounds that are the same value: the same node or int (None read as
+    ``default``), or nodes whose symbolic values are one expression."""
+    a, b = (default if x is None else x for x in (a, b))
+    if a is b or (type(a) is int and type(b) is int and a == b):
+        return True
+    va, vb = (x.meta.get("val") if isinstance(x, fx.Node) else x for x in (a, b))
+    if isinstance(va, torch.SymInt) and isinstance(vb, torch.SymInt):
+        return va.node.expr == vb.node.expr
+    return False
+
+
+def read_back(node: Any) -> Any:
+    """The source that ``node`` reads back unchanged, when ``node`` is
+    ``slice(slice_scatter(base, src, dim, a, b), dim, a, b)`` (step 1 both): the rows it
+    selects are exactly those ``src`` wrote.  None unless the slice has ``src``'s shape
+    and strides (a user may read them)."""
+    if not (isinstance(node, fx.Node) and node.op == "call_function" and node.target is aten.slice.Tensor):
+        return None
+    scatter = node.args[0]
+    if not _is_scatter(scatter):
+        return None
+    sdim, sstart, send, sstep = (_arg(scatter, 2, "dim", 0), _arg(scatter, 3, "start", None), _arg(scatter, 4, "end", None), _arg(scatter, 5, "step", 1))
+    dim, start, end, step = (_arg(node, 1, "dim", 0), _arg(node, 2, "start", None), _arg(node, 3, "end", None), _arg(node, 4, "step", 1))
+    if not (sstep == 1 and step == 1 and _static(sdim) and _static(dim) and sdim == dim):
+        return None
+    if not (_same_bound(start, sstart, 0) and _same_bound(end, send, None) and (end is not None or send is None)):
+        return None
+    src = scatter.args[1]
+    val, sval = node.meta.get("val"), src.meta.get("val") if isinstance(src, fx.Node) else None
+    if not (isinstance(val, torch.Tensor) and isinstance(sval, torch.Tensor) and val.dtype == sval.dtype):
+        return None
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+    same = lambda xs, ys: len(xs) == len(ys) and all(statically_known_true(x == y) for x, y in zip(xs, ys))  # noqa: E731
+    if not (same(val.shape, sval.shape) and same(val.stride(), sval.stride())):
+        return None
+    return src
+
+
+def forward_read_backs(graph: fx.Graph) -> int:
+    """Every slice that reads back what a ``slice_scatter`` just wrote reads the written
+    source instead; the scatters nothing reads any more go.  Returns the reads
+    forwarded.  Liger 0.8.5 writes each chunk's logits into a prefix of one buffer,
+    ``mm(x_k, W.t(), out=storage[:n_k])``, and reads that prefix back: where ``n_k`` is
+    symbolic the prefix is not provably the whole buffer, and Inductor materialized a
+    copy of the whole buffer per chunk for the read."""
+    forwarded = 0
+    for node in list(graph.nodes):
+        src = read_back(node)
+        if src is None:
+            continue
+        scatter = node.args[0]
+        node.replace_all_uses_with(src)
+        graph.erase_node(node)
+        forwarded += 1
+        while _is_scatter(scatter) and not scatter.users:  # a chain of versions nobody reads
+            before = scatter.args[0]
+            graph.erase_node(scatter)
+            scatter = before
+    return forwarded
+
+
 def rewrite_slice_writes(graph: fx.Graph) -> int:
     """Rewrite each provable chain of slice writes: into the graph input it is copied
     back into, in place, or else as one ``cat``.  Returns the number of chains
@@ -262,6 +330,14 @@ def rewrite_slice_writes(graph: fx.Graph) -> int:
     Chains are planned one at a time on the graph as it is then: a rewrite may change
     what a later chain starts from (a chain continuing another one's result)."""
     done = 0
+    try:
+        reads = forward_read_backs(graph)
+    except Exception as error:  # pragma: no cover - an unexpected graph: leave it
+        _count("error")
+        log.warning("slice_writes: reads left as they were (%s: %s)", type(error).__name__, error)
+        reads = 0
+    if reads:
+        _count("reads", reads)
     tried: set[fx.Node] = set()
     while True:
         try:
