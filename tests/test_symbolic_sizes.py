@@ -36,9 +36,17 @@ def flce(x, w, target):
     return flce_in_power_of_2_chunks(x, w, target, accum_dtype=torch.float32)
 
 
+PASSES = ("slice_writes:", "accumulate_pairs:", "chunk_order:")
+
+
 def events(counts: dict) -> set:
-    """Which pass or lowering did what ("slice_writes:in_place", ...), not how often."""
-    return {key for key, n in counts.items() if n and not key.endswith(":error")}
+    """Which graph pass or lowering did what ("slice_writes:in_place", "addmm.dtype:...")
+    to the graphs, not how often (other features count events of their own)."""
+    return {
+        key
+        for key, n in counts.items()
+        if n and not key.endswith(":error") and (key.startswith(PASSES) or ".dtype:" in key)
+    }
 
 
 def assert_like_float64(result, x, w, target):
@@ -60,7 +68,7 @@ def static_graph():
     compiled = compile_and_run(flce, x, w, target, fullgraph=False)
     assert_like_float64(compiled.result, x, w, target)
     found = events(compiled.counts)
-    assert {"slice_writes:in_place", "accumulate_pairs:pairs", "chunk_order:chunks"} <= found, found
+    assert {"slice_writes:in_place", "accumulate_pairs:pairs"} <= found, found  # the control: the passes have work
     assert any(key.startswith("addmm.dtype:") for key in found), found
     return found, pieces_of_buffers(compiled.codes)
 
