@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from ..patching.declare import Decision, needed, not_needed, require
+from ..patching.declare import Decision, per_op, require
 from ..patching.probes import aten_op
 from ..patching.registry import DispatcherKernel, Patch
 from .probes import FAMILY, eager_cpu_has_kernel, has_out_dtype_overloads
@@ -82,19 +82,13 @@ def cpu_kernel(qualname: str):
 def plan() -> list[Decision]:
     """One decision per op: its overloads that the CPU cannot run get the kernel above."""
     require(has_out_dtype_overloads(), "out_dtype overloads of mm/bmm/addmm/baddbmm")
-    decisions = []
-    for name in FAMILY:
-        decision = f"core.eager_cpu.{name}.dtype"
-        lacking = [f"{name}.{which}" for which in ("dtype", "dtype_out") if not eager_cpu_has_kernel(f"{name}.{which}")]
-        if not lacking:
-            reason = "eager mode runs it on the CPU"
-            decisions.append(not_needed(decision, reason, probe=eager_cpu_has_kernel, obsolete_when=RETIRED_BY))
-            continue
-        patches = [
-            Patch(f"core.cpu_kernel.{qualname}", DispatcherKernel(qualname, "CPU"), cpu_kernel(qualname))
-            for qualname in lacking
-        ]
-        reason = ("eager mode has no CPU kernel, and the dispatcher's error names no cause; the kernel "
-                  "raises one that says why the call ran eagerly (an out= Dynamo does not trace, ...)")
-        decisions.append(needed(decision, reason, patches, probe=eager_cpu_has_kernel, obsolete_when=RETIRED_BY))
-    return decisions
+    reasons = (
+        "eager mode has no CPU kernel, and the dispatcher's error names no cause; the kernel "
+        "raises one that says why the call ran eagerly (an out= Dynamo does not trace, ...)",
+        "eager mode runs it on the CPU",
+    )
+    return per_op(
+        "core.eager_cpu", FAMILY, ("dtype", "dtype_out"), lambda qualname: not eager_cpu_has_kernel(qualname),
+        lambda qualname: Patch(f"core.cpu_kernel.{qualname}", DispatcherKernel(qualname, "CPU"), cpu_kernel(qualname)),
+        reasons=reasons, probe=eager_cpu_has_kernel, obsolete_when=RETIRED_BY,
+    )

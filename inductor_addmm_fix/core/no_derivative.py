@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from ..patching.declare import Decision, needed, not_needed, require
+from ..patching.declare import Decision, per_op, require
 from ..patching.probes import aten_op
 from ..patching.registry import Patch, PyKernel
 from .probes import FAMILY, has_no_derivative, has_out_dtype_overloads
@@ -116,24 +116,19 @@ def autograd_kernel(op: Any, qualname: str):
     return kernel
 
 
+def _patch(qualname: str) -> Patch:
+    no_derivative_op()  # compiled backward graphs (from a cache too) call it
+    op = aten_op(qualname)
+    return Patch(f"core.autograd_kernel.{qualname}", PyKernel(op, torch._C.DispatchKey.Autograd), autograd_kernel(op, qualname))
+
+
 def plan() -> list[Decision]:
     """One decision per op: its overloads without a derivative get the kernel above."""
     require(has_out_dtype_overloads(), "out_dtype overloads of mm/bmm/addmm/baddbmm")
-    decisions = []
-    for name in FAMILY:
-        decision = f"core.no_derivative.{name}.dtype"
-        lacking = [f"{name}.{which}" for which in ("dtype", "dtype_out") if has_no_derivative(f"{name}.{which}")]
-        if not lacking:
-            reason = "torch defines a derivative: AOTAutograd differentiates it as eager does"
-            decisions.append(not_needed(decision, reason, probe=has_no_derivative, obsolete_when=RETIRED_BY))
-            continue
-        no_derivative_op()  # compiled backward graphs (from a cache too) call it
-        patches = [
-            Patch(f"core.autograd_kernel.{qualname}", PyKernel(aten_op(qualname), torch._C.DispatchKey.Autograd),
-                  autograd_kernel(aten_op(qualname), qualname))
-            for qualname in lacking
-        ]
-        reason = ("torch defines no derivative, so AOTAutograd fails the compile when an input requires grad; "
-                  "compiled code raises at backward instead, as eager does")
-        decisions.append(needed(decision, reason, patches, probe=has_no_derivative, obsolete_when=RETIRED_BY))
-    return decisions
+    reasons = (
+        "torch defines no derivative, so AOTAutograd fails the compile when an input requires grad; "
+        "compiled code raises at backward instead, as eager does",
+        "torch defines a derivative: AOTAutograd differentiates it as eager does",
+    )
+    return per_op("core.no_derivative", FAMILY, ("dtype", "dtype_out"), has_no_derivative, _patch,
+                  reasons=reasons, probe=has_no_derivative, obsolete_when=RETIRED_BY)

@@ -56,6 +56,24 @@ def not_needed(name: str, reason: str, *, probe, obsolete_when: str) -> Decision
     return Decision(name, False, reason, probe_name(probe), obsolete_when)
 
 
+def per_op(prefix: str, ops: Iterable[str], overloads: Iterable[str], lacks: Callable[[str], bool],
+           patch_for: Callable[[str], Patch], *, reasons: tuple[str, str], probe, obsolete_when: str) -> list[Decision]:
+    """One decision per op, ``<prefix>.<op>.dtype``: needed, with ``patch_for(qualname)``
+    for each of its overloads ``<op>.<overload>`` that ``lacks``, else not needed.
+    ``reasons``: (needed, not needed)."""
+    overloads = tuple(overloads)
+    decisions = []
+    for op in ops:
+        lacking = [f"{op}.{which}" for which in overloads if lacks(f"{op}.{which}")]
+        name = f"{prefix}.{op}.dtype"
+        if lacking:
+            patches = [patch_for(qualname) for qualname in lacking]
+            decisions.append(needed(name, reasons[0], patches, probe=probe, obsolete_when=obsolete_when))
+        else:
+            decisions.append(not_needed(name, reasons[1], probe=probe, obsolete_when=obsolete_when))
+    return decisions
+
+
 def require(condition: bool, what: str) -> None:
     """Raise :class:`PlanError` unless this torch has ``what``."""
     if not condition:
