@@ -82,6 +82,13 @@ def _arg(node: fx.Node, i: int, name: str, default: Any) -> Any:
     return node.kwargs.get(name, default)
 
 
+def _range(node: fx.Node, first: int = 2) -> tuple:
+    """(dim, start, end, step) of a ``slice_scatter`` (its range's arguments start at
+    position 2) or a ``slice`` (``first=1``), defaults filled in as the op reads them."""
+    names = (("dim", 0), ("start", None), ("end", None), ("step", 1))
+    return tuple(_arg(node, first + i, name, default) for i, (name, default) in enumerate(names))
+
+
 def _static(value: Any) -> bool:
     return type(value) is int
 
@@ -89,7 +96,7 @@ def _static(value: Any) -> bool:
 def _write(node: fx.Node, ndim: int, size_at: Any) -> tuple[int, int, int] | None:
     """(dim, start, end) that ``node`` writes, normalized as slicing does; None when
     symbolic or with a step other than 1."""
-    dim, start, end, step = (_arg(node, 2, "dim", 0), _arg(node, 3, "start", None), _arg(node, 4, "end", None), _arg(node, 5, "step", 1))
+    dim, start, end, step = _range(node)
     if not (_static(dim) and step == 1 and (start is None or _static(start)) and (end is None or _static(end))):
         return None
     dim = dim % ndim if ndim else 0
@@ -155,7 +162,7 @@ def plan_in_place(chain: list[fx.Node]) -> tuple[fx.Node, int, list[tuple[Any, A
         return None
     dims, writes = set(), []
     for node in chain:
-        dim, start, end, step = (_arg(node, 2, "dim", 0), _arg(node, 3, "start", None), _arg(node, 4, "end", None), _arg(node, 5, "step", 1))
+        dim, start, end, step = _range(node)
         src = node.args[1]
         sval = src.meta.get("val") if isinstance(src, fx.Node) else None
         if not (_static(dim) and step == 1 and isinstance(sval, torch.Tensor) and sval.dtype == val.dtype and sval.ndim == val.ndim):
@@ -281,8 +288,8 @@ def read_back(node: Any) -> Any:
     scatter = node.args[0]
     if not _is_scatter(scatter):
         return None
-    sdim, sstart, send, sstep = (_arg(scatter, 2, "dim", 0), _arg(scatter, 3, "start", None), _arg(scatter, 4, "end", None), _arg(scatter, 5, "step", 1))
-    dim, start, end, step = (_arg(node, 1, "dim", 0), _arg(node, 2, "start", None), _arg(node, 3, "end", None), _arg(node, 4, "step", 1))
+    sdim, sstart, send, sstep = _range(scatter)
+    dim, start, end, step = _range(node, first=1)
     if not (sstep == 1 and step == 1 and _static(sdim) and _static(dim) and sdim == dim):
         return None
     if not (_same_bound(start, sstart, 0) and _same_bound(end, send, None) and (end is not None or send is None)):
