@@ -115,20 +115,28 @@ def flce_case(bt: int, h: int, v: int, dtype, accum, mode=None):
     return {"eager": loss_fn, "compiled": compiled}, step, clear, run, (x, w, t)
 
 
-def float64_reference(x, w, t, rows: int = 1024):
-    """(loss, grad_x, grad_w) of mean cross entropy over ``x @ w.t()``, in float64, chunk
-    by chunk (every target is a class: no ignore_index in these inputs)."""
+def float64_reference(x, w, t, rows: int = 1024, softcap=None, ignore_index=None):
+    """(loss, grad_x, grad_w) of mean cross entropy over ``x @ w.t()`` (capped as
+    ``softcap * tanh(z / softcap)`` when given), in float64, chunk by chunk; targets equal
+    to ``ignore_index`` are left out of the mean."""
     x64, w64 = x.detach().double(), w.detach().double()
-    n = t.numel()
+    keep = t != ignore_index if ignore_index is not None else torch.ones_like(t, dtype=torch.bool)
+    n = keep.sum().double()
     loss = torch.zeros((), dtype=torch.float64, device=x.device)
     grad_x, grad_w = torch.empty_like(x64), torch.zeros_like(w64)
-    for start in range(0, n, rows):
-        xs, ts = x64[start : start + rows], t[start : start + rows]
+    for start in range(0, t.numel(), rows):
+        xs, ts, ks = x64[start : start + rows], t[start : start + rows], keep[start : start + rows]
         logits = xs @ w64.t()
-        loss += (logits.logsumexp(-1) - logits.gather(1, ts[:, None])[:, 0]).sum()
+        if softcap is not None:
+            capped = torch.tanh(logits / softcap)
+            logits = softcap * capped
+        tt = ts.clamp(min=0)
+        loss += ((logits.logsumexp(-1) - logits.gather(1, tt[:, None])[:, 0]) * ks).sum()
         g = torch.softmax(logits, -1)
-        g[torch.arange(ts.numel(), device=ts.device), ts] -= 1
-        g /= n
+        g[torch.arange(ts.numel(), device=ts.device), tt] -= 1
+        g *= ks[:, None].double() / n
+        if softcap is not None:
+            g *= 1 - capped * capped
         grad_x[start : start + rows] = g @ w64
         grad_w += g.t() @ xs
         del logits, g

@@ -58,34 +58,6 @@ def inputs(bt: int, h: int, v: int, seed: int):
     return x, w, t
 
 
-def reference(x, w, t, softcap):
-    """(loss, grad_x, grad_w) in float64, ignore_index rows left out of the mean."""
-    if softcap is None and not (t == IGNORE).any():
-        return float64_reference(x, w, t)
-    x64, w64 = x.detach().double(), w.detach().double()
-    keep = t != IGNORE
-    n = keep.sum()
-    loss = torch.zeros((), dtype=torch.float64, device=x.device)
-    grad_x, grad_w = torch.zeros_like(x64), torch.zeros_like(w64)
-    for start in range(0, t.numel(), 1024):
-        xs, ts, ks = x64[start : start + 1024], t[start : start + 1024], keep[start : start + 1024]
-        z = xs @ w64.t()
-        if softcap is not None:
-            th = torch.tanh(z / softcap)
-            z = softcap * th
-        tt = ts.clamp(min=0)
-        loss += ((z.logsumexp(-1) - z.gather(1, tt[:, None])[:, 0]) * ks).sum()
-        g = torch.softmax(z, -1)
-        g[torch.arange(ts.numel(), device=ts.device), tt] -= 1
-        g *= ks[:, None] / n
-        if softcap is not None:
-            g *= 1 - th * th
-        grad_x[start : start + 1024] = g @ w64
-        grad_w += g.t() @ xs
-        del z, g
-    return loss / n, grad_x, grad_w
-
-
 def loss_fn_for(accum, softcap):
     from liger_kernel.transformers.functional import liger_fused_linear_cross_entropy
 
@@ -184,7 +156,7 @@ def row(head: str, bt: int, accum, graph: str, args, stock: bool = False) -> dic
         loss = call(*tensors)
         loss.backward()
         results[label] = (loss.detach().float(), tensors[0].grad.clone(), tensors[1].grad.clone())
-    ref = reference(x, w, t, softcap)
+    ref = float64_reference(x, w, t, softcap=softcap, ignore_index=IGNORE)
     errors = {label: relative_errors(results[label], ref) for label in results}
     del ref
     out = dict(
