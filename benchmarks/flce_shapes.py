@@ -10,6 +10,10 @@ each kind of graph, each against eager in alternation (median of --reps after wa
     automatic  torch.compile, a first call at another row count, then BT (the recompile
                has symbolic sizes: automatic dynamic shapes)
     dynamic    torch.compile(dynamic=True)
+    dynamic-all  torch.compile(dynamic=True) with the weight a plain tensor: its sizes (V, H)
+               are symbolic too; a model's ``lm_head.weight`` is a parameter, whose sizes
+               Dynamo keeps static (``force_parameter_static_shapes``), so the other kinds
+               pass the weight as an ``nn.Parameter``, as a model does
     marked     torch._dynamo.mark_dynamic on the token dimension of the input and target
 
     python benchmarks/flce_shapes.py                                  # every head at its default BT
@@ -45,7 +49,7 @@ HEADS = {
     "qwen2.5-0.5b": (896, 151936, None),
 }
 DEFAULT_CASES = ["llama3-8b:8192", "qwen2.5-7b:16384", "gemma2-2b:8192", "qwen2.5-0.5b:4096,16384"]
-GRAPHS = ("static", "automatic", "dynamic", "marked")
+GRAPHS = ("static", "automatic", "dynamic", "dynamic-all", "marked")
 IGNORE = -100
 
 
@@ -75,15 +79,16 @@ def compiled_for(graph: str, loss_fn, x, w, t, other_rows: int):
 
     torch._dynamo.reset()
     counters["stats"].clear()
-    fn = torch.compile(loss_fn, dynamic=True if graph == "dynamic" else None)
-    xs, ws = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+    fn = torch.compile(loss_fn, dynamic=True if graph.startswith("dynamic") else None)
+    xs = x.detach().clone().requires_grad_()
+    ws = w.detach().clone().requires_grad_() if graph == "dynamic-all" else torch.nn.Parameter(w.detach().clone())
     ts = t.clone()
     if graph == "marked":
         torch._dynamo.mark_dynamic(xs, 0)
         torch._dynamo.mark_dynamic(ts, 0)
     if graph == "automatic":
         xo, wo, to = inputs(other_rows, x.shape[1], w.shape[0], seed=1)
-        fn(xo, wo, to).backward()
+        fn(xo, torch.nn.Parameter(wo.detach()), to).backward()
         del xo, wo, to
     torch.cuda.synchronize()
     start = time.perf_counter()
