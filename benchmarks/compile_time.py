@@ -11,8 +11,8 @@ step (forward, backward, AdamW) under ``torch.compile``, run over a sequence of 
 * ``liger-eager``: Liger's FLCE head left eager (``torch.compiler.disable`` around
   ``liger_fused_linear_cross_entropy``), the rest compiled.
 
-Models: ``small-h`` (H 1024, V 151936, 2 layers: Liger's chunks are 16 rows at 1024
-tokens, its loop runs ~100 times), ``llama3-8b-head`` (H 4096, V 128256, one layer of
+Models: ``small-h`` (H 1024, V 151936, 2 layers: Liger's chunks are 8 rows at 1024
+tokens, its loop runs 128 times), ``llama3-8b-head`` (H 4096, V 128256, one layer of
 Llama 3 8B's shape), ``tiny`` (for a CPU smoke run of the script: ``--device cpu --heads
 ce``; Liger's kernels need a GPU).
 
@@ -48,7 +48,16 @@ MODELS = {
     "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4,
                  num_key_value_heads=2, vocab_size=2048),
 }  # fmt: skip
-SHAPES = {"static": (1024, 1024, 1024, 1024, 1024, 1024), "changing": (1024, 1536, 768, 1280, 896, 1152)}
+# ``pow2``: changing lengths that are powers of two, where Liger's loop runs the same number
+# of chunks at every length (``BT / next_power_of_2(cdiv(BT, cdiv(V, H)))``): one graph of
+# the loop per power of two (its chunk size a constant); at the ``changing`` lengths it
+# runs a new number each step, and Dynamo, which unrolls the loop, compiles its frame again
+# for each (docs/upstream/dynamo-loop-over-a-symbolic-count.md).
+SHAPES = {
+    "static": (1024, 1024, 1024, 1024, 1024, 1024),
+    "changing": (1024, 1536, 768, 1280, 896, 1152),
+    "pow2": (1024, 2048, 512, 1024, 2048, 512),
+}
 HEADS = ("liger", "ce", "liger-eager")
 #: torch's timers shown for a compile, each a phase (the timers nest: these overlap little)
 PHASES = {
@@ -83,6 +92,13 @@ def build(model_name: str, head: str, device: str):
     elif head != "ce":
         raise SystemExit(f"head {head!r} needs CUDA (Liger's Triton kernels)")
     return model
+
+
+def liger_chunks(model_name: str, tokens: int) -> int:
+    """How many chunks Liger's FLCE loop runs for ``tokens`` rows (Liger 0.8.5)."""
+    h, v = MODELS[model_name]["hidden_size"], MODELS[model_name]["vocab_size"]
+    chunk = 1 << (-(-tokens // -(-v // h)) - 1).bit_length()
+    return -(-tokens // min(chunk, tokens))
 
 
 def timers() -> dict[str, float]:
@@ -126,13 +142,25 @@ def run_one(spec: dict) -> dict:
         spent = {k: after[k] - before.get(k, 0.0) for k in after if after[k] - before.get(k, 0.0) > 1e-3}
         rows.append({
             "length": length, "wall_s": wall, "loss": loss, "graphs": counters["stats"]["unique_graphs"],
-            "new_graphs": counters["stats"]["unique_graphs"] - graphs_before,
+            "new_graphs": counters["stats"]["unique_graphs"] - graphs_before, "liger_chunks": liger_chunks(spec["model"], length),
             "graph_breaks": sum(counters["graph_break"].values()), "timers_s": spent,
         })  # fmt: skip
+        print(STEP + json.dumps(rows[-1]), flush=True)  # what a run cut off by --timeout still reports
     return {**spec, "steps": rows, "torch": torch.__version__}
 
 
 # ---------------------------------------------------------------- the table
+STEP = "# step "
+
+
+def steps_printed(stdout) -> list[dict]:
+    """The steps a child printed (also from a child stopped by the timeout, whose output
+    ``subprocess`` returns as bytes)."""
+    if isinstance(stdout, bytes):
+        stdout = stdout.decode(errors="replace")
+    return [json.loads(line[len(STEP):]) for line in (stdout or "").splitlines() if line.startswith(STEP)]
+
+
 def summarize(result: dict) -> dict:
     steps = result["steps"]
     steady = [s["wall_s"] for s in steps if s["new_graphs"] == 0] or [min(s["wall_s"] for s in steps)]
@@ -144,6 +172,7 @@ def summarize(result: dict) -> dict:
     return {
         "first_s": first, "recompiles_s": recompiles, "graphs": steps[-1]["graphs"],
         "graphs_per_step": [s["graphs"] for s in steps], "graph_breaks": steps[-1]["graph_breaks"],
+        "chunks_per_step": [s["liger_chunks"] for s in steps],
         "step_ms": base * 1e3, "first_compile_timers": top,
     }  # fmt: skip
 
@@ -151,12 +180,13 @@ def summarize(result: dict) -> dict:
 def print_row(result: dict) -> None:
     label = f"{result['model']:<15} {result['head']:<12} {result['shapes']:<9}"
     if "error" in result:
-        print(f"{label} failed: {result['error']}", flush=True)
+        done = ", ".join(f"{s['length']}: {s['wall_s']:.1f}s, {s['new_graphs']} new graphs, {s['liger_chunks']} chunks" for s in result.get("steps", []))
+        print(f"{label} failed: {result['error']}" + (f"; steps done: {done}" if done else ""), flush=True)
         return
     s = result["summary"]
     recompiles = " ".join(f"{r:.1f}" for r in s["recompiles_s"]) or "-"
     print(f"{label} {s['first_s']:>9.1f} {recompiles:>22} {s['graphs']:>6} {s['graph_breaks']:>6} {s['step_ms']:>9.1f}"
-          f"  graphs/step {s['graphs_per_step']}", flush=True)  # fmt: skip
+          f"  graphs/step {s['graphs_per_step']}, Liger's chunks/step {s['chunks_per_step']}", flush=True)  # fmt: skip
     print("    first compile, torch's timers: " + ", ".join(f"{k} {v:.1f}s" for k, v in s["first_compile_timers"]), flush=True)
 
 
@@ -204,8 +234,8 @@ def main() -> None:
                             raise RuntimeError(child.stderr.strip().splitlines()[-1] if child.stderr.strip() else f"exit {child.returncode}")
                         result = json.loads(child.stdout.strip().splitlines()[-1])
                         result["summary"] = summarize(result)
-                    except subprocess.TimeoutExpired:
-                        result = {**spec, "error": f"over {args.timeout:.0f} s"}
+                    except subprocess.TimeoutExpired as stopped:
+                        result = {**spec, "error": f"over {args.timeout:.0f} s", "steps": steps_printed(stopped.stdout)}
                     except Exception as error:  # one run failing leaves the others' rows
                         result = {**spec, "error": f"{type(error).__name__}: {error}"}
                 results.append(result)

@@ -216,3 +216,35 @@ def test_liger_s_chunk_size_reaches_the_graph_without_the_bitwise_nest():
     with pytest.raises(torch._dynamo.exc.BackendCompilerFailed, match="traced"):
         torch.compile(head, backend=first_graph_only, dynamic=True)(x, w, torch.randint(512, (188,)))
     assert "bitwise" not in sizes[0].lower()
+
+
+def graphs_per_call(row_counts, h: int = 4, v: int = 36) -> list[int]:
+    """Graphs compiled so far after each call of Liger's forward loop (chunks of
+    ``next_power_of_2(cdiv(rows, cdiv(v, h)))`` rows) at each row count, Dynamo's calls
+    of :func:`next_power_of_2` redirected, each result equal to eager's."""
+    w = torch.randn(v, h)
+    compiled = torch.compile(flce_in_power_of_2_chunks, backend="aot_eager")
+    counters.clear()
+    graphs = []
+    with redirected():
+        for rows in row_counts:
+            x, target = torch.randn(rows, h), torch.randint(v, (rows,))
+            for got, want in zip(compiled(x, w, target), flce_in_power_of_2_chunks(x, w, target)):
+                torch.testing.assert_close(got, want)
+            graphs.append(counters["stats"]["unique_graphs"])
+    return graphs
+
+
+@pytest.mark.slow
+def test_power_of_two_row_counts_compile_the_loop_once_each():
+    # cdiv(36, 4) = 9: 8 chunks at every power of two from 16 rows, of 2, 4, 8, 16 rows (a
+    # constant per range): one graph each, none for a count met before (README, "Compile time")
+    graphs = graphs_per_call([16, 32, 64, 128, 32, 64])
+    assert graphs[2:] == [graphs[1] + 1, graphs[1] + 2, graphs[1] + 2, graphs[1] + 2], graphs
+
+
+@pytest.mark.slow
+def test_a_new_number_of_chunks_compiles_the_unrolled_loop_again():
+    # 8, 6, 5 chunks: Dynamo unrolls the loop and guards on its count, as stock torch does
+    graphs = graphs_per_call([16, 32, 24, 40])
+    assert graphs[1] < graphs[2] < graphs[3], graphs

@@ -90,6 +90,35 @@ def batches(name: str, device: str, seed: int = 0, lengths: tuple[int, ...] | No
     return out
 
 
+def liger_chunks(name: str, lengths: tuple[int, ...] | None = None) -> list[tuple[int, int]]:
+    """Per step, (rows per chunk, chunks) of Liger's FLCE loop: its ``batch * length`` rows
+    in chunks of ``next_power_of_2(cdiv(rows, cdiv(V, H)))`` (Liger 0.8.5's forward)."""
+    spec = MODELS[name]
+    h, v = spec["kwargs"]["hidden_size"], spec["kwargs"]["vocab_size"]
+    out = []
+    for length in lengths or spec["lengths"]:
+        rows = spec["batch"] * length
+        chunk = min(1 << (-(-rows // -(-v // h)) - 1).bit_length(), rows)
+        out.append((chunk, -(-rows // chunk)))
+    return out
+
+
+def graphs_expected(name: str, after_second_step: int, lengths: tuple[int, ...] | None = None) -> list[int]:
+    """The graphs compiled after each step from the third on: the second step's graphs
+    have symbolic sizes and serve every later length, except that Dynamo unrolls Liger's
+    ``for chunk_id in range(num_chunks)`` and so compiles that loop's frame once more for
+    each number of chunks it has not run (stock torch the same:
+    docs/upstream/dynamo-loop-over-a-symbolic-count.md), and for each chunk size, which
+    ``power_of_2_sizes`` makes a constant of its power-of-two range."""
+    chunks = liger_chunks(name, lengths)
+    seen, graphs, out = {chunks[1]}, after_second_step, []
+    for key in chunks[2:]:
+        graphs += key not in seen
+        seen.add(key)
+        out.append(graphs)
+    return out
+
+
 def plain_loss(model: torch.nn.Module, batch: dict) -> torch.Tensor:
     """The causal LM loss from the full logits with ``F.cross_entropy`` (Gemma 2's final
     softcap applied), as Hugging Face computes it without Liger."""
