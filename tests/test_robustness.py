@@ -200,6 +200,7 @@ def test_a_thousand_install_uninstall_cycles_leave_stock_tables(stock):
     assert installer.applied_patches() == []
 
 
+@pytest.mark.slow  # a stress run: 8 threads switching every microsecond
 def test_concurrent_install_and_uninstall_are_safe(stock):
     tables, before = stock
     fix.install()
