@@ -27,6 +27,10 @@ the median of the steps that compiled nothing is its compile time.
     python benchmarks/compile_time.py                       # GPU: both models, three heads, both shapes
     python benchmarks/compile_time.py --models small-h --heads liger,ce --shapes changing
     python benchmarks/compile_time.py --device cpu --models tiny --heads ce --lengths 64,96,48,80
+    INDUCTOR_ADDMM_FIX=-triton_analysis_cache python benchmarks/compile_time.py ...   # a feature off
+
+Each step also records the package's counters (``counters["inductor_addmm_fix"]``, e.g.
+``triton_analysis_cache:hit``) and each run the features it ran with.
 """
 
 from __future__ import annotations
@@ -144,9 +148,11 @@ def run_one(spec: dict) -> dict:
             "length": length, "wall_s": wall, "loss": loss, "graphs": counters["stats"]["unique_graphs"],
             "new_graphs": counters["stats"]["unique_graphs"] - graphs_before, "liger_chunks": liger_chunks(spec["model"], length),
             "graph_breaks": sum(counters["graph_break"].values()), "timers_s": spent,
+            "package_counters": dict(counters["inductor_addmm_fix"]),
         })  # fmt: skip
         print(STEP + json.dumps(rows[-1]), flush=True)  # what a run cut off by --timeout still reports
-    return {**spec, "steps": rows, "torch": torch.__version__}
+    features = os.environ.get("INDUCTOR_ADDMM_FIX", "all")  # the package's features in this run
+    return {**spec, "steps": rows, "torch": torch.__version__, "features": features}
 
 
 # ---------------------------------------------------------------- the table
@@ -179,6 +185,8 @@ def summarize(result: dict) -> dict:
 
 def print_row(result: dict) -> None:
     label = f"{result['model']:<15} {result['head']:<12} {result['shapes']:<9}"
+    if result.get("features", "all") != "all":
+        label += f" (INDUCTOR_ADDMM_FIX={result['features']})"
     if "error" in result:
         done = ", ".join(f"{s['length']}: {s['wall_s']:.1f}s, {s['new_graphs']} new graphs, {s['liger_chunks']} chunks" for s in result.get("steps", []))
         print(f"{label} failed: {result['error']}" + (f"; steps done: {done}" if done else ""), flush=True)

@@ -68,6 +68,8 @@ FEATURE_TABLE = (
         inductor=("triton_kernels.analysis",),
         self_tests={"inductor": "triton_kernels.analysis:self_test"},
     ),
+    # What a user Triton kernel reads and writes is worked out once per kernel and signature.
+    Feature("triton_analysis_cache", inductor=("triton_kernels.analysis_cache",)),
     # A float Dynamo specializes in one frame's compile is not specialized in the next frames.
     Feature("float_specializations", inductor=("dynamo.float_specializations",)),
     # Dynamo answers the strides of a static-shaped tensor with ints.

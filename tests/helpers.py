@@ -109,7 +109,8 @@ def allocations(code: str, shape: tuple) -> int:
 # ---------------------------------------------------------------- features
 def unavailable_features() -> set:
     """The features this environment lacks what they need for: ``chunk_order`` before
-    torch 2.10, ``power_of_2_sizes`` and ``triton_analysis`` without Triton.  Every other
+    torch 2.10, ``power_of_2_sizes``, ``triton_analysis`` and ``triton_analysis_cache``
+    without Triton.  Every other
     feature applies."""
     from inductor_addmm_fix.dynamo import power_of_2_sizes
     from inductor_addmm_fix.inductor.passes import chunk_order
@@ -121,7 +122,7 @@ def unavailable_features() -> set:
     if power_of_2_sizes.triton_next_power_of_2() is None:
         lacking.add("power_of_2_sizes")
     if not analysis.triton_available():
-        lacking.add("triton_analysis")
+        lacking |= {"triton_analysis", "triton_analysis_cache"}
     return lacking
 
 
@@ -172,7 +173,7 @@ def live_tables() -> dict:
     from torch._dynamo.variables.tensor import TensorVariable
     from torch._higher_order_ops import triton_kernel_wrap
 
-    from inductor_addmm_fix.triton_kernels import float_args
+    from inductor_addmm_fix.triton_kernels import analysis_cache, float_args
 
     from inductor_addmm_fix.inductor.passes.post_grad_slot import PASSES
 
@@ -182,6 +183,7 @@ def live_tables() -> dict:
             "triton_clones": [(triton_kernel_wrap, "clone_preserve_strides")],
             "triton_float_args": [(float_args.tensorify_caller(), "tensorify_python_scalars")],
             "triton_analysis": [(triton_kernel_wrap, "generate_ttir"), (triton_kernel_wrap, "identify_mutated_tensors")],
+            "triton_analysis_cache": [(triton_kernel_wrap, analysis_cache.analysis_name(triton_kernel_wrap))],
             "float_specializations": [(convert_frame, "_compile")],
             "static_strides": [(TensorVariable, "specialize")],
             "power_of_2_sizes": [(UserFunctionVariable, "call_function")],
@@ -230,11 +232,27 @@ def tables_snapshot(tables: dict | None = None) -> dict:
         snap[(name, "passes", name)] = [id(p) for (_, n), p in tables["passes"].items() if n == name]
     for feature, slots in tables["attributes"].items():
         for owner, attr in slots:
-            snap[(feature, "attribute", attr)] = id(vars(owner).get(attr))
+            snap[(feature, "attribute", attr)] = _wrappers_of(feature, vars(owner).get(attr))
     snap[("shared", "cache_key_tag")] = tables["compiler_config"].cache_key_tag
     snap[("shared", "post_grad_custom_post_pass")] = id(tables["inductor_config"].post_grad_custom_post_pass)
     snap[("shared", "meta_path")] = tuple(type(finder).__qualname__ for finder in sys.meta_path)
     return snap
+
+
+def _wrappers_of(feature: str, value) -> tuple:
+    """What an attribute holds, for one feature: the object under every wrapper of this
+    package (each wrapper names what it wraps ``stock``), and the wrappers of that
+    feature's modules.  Two features may wrap one function (``triton_analysis`` and
+    ``triton_analysis_cache`` on torch 2.8-2.11): each is seen apart from the other."""
+    from inductor_addmm_fix.features import BY_NAME
+
+    modules = {f"inductor_addmm_fix.{m}" for m in BY_NAME[feature].core + BY_NAME[feature].inductor}
+    own = []
+    while hasattr(value, "stock") and getattr(value, "__module__", "").startswith("inductor_addmm_fix."):
+        if value.__module__ in modules:
+            own.append(id(value))
+        value = value.stock
+    return id(value), tuple(own)
 
 
 def of_feature(snapshot: dict, feature: str) -> dict:

@@ -18,7 +18,7 @@ from inductor_addmm_fix.activation import startup
 from inductor_addmm_fix.inductor import lowerings, reinplace, views
 from inductor_addmm_fix.dynamo import float_specializations, power_of_2_sizes, static_strides
 from inductor_addmm_fix.inductor.passes import accumulate_pairs, chunk_order, post_grad_slot, slice_writes
-from inductor_addmm_fix.triton_kernels import analysis, clones, float_args
+from inductor_addmm_fix.triton_kernels import analysis, analysis_cache, clones, float_args
 
 ALL = frozenset(features.NAMES)
 #: Features that change torch's slots here (not unavailable, not found unneeded by a probe).
@@ -84,6 +84,7 @@ def test_the_features_are_named_in_the_public_api():
         "triton_clones",
         "triton_float_args",
         "triton_analysis",
+        "triton_analysis_cache",
         "float_specializations",
         "static_strides",
         "power_of_2_sizes",
@@ -181,6 +182,7 @@ FAILURES = {
     "triton_clones": (clones, "plan"),
     "triton_float_args": (float_args, "plan"),
     "triton_analysis": (analysis, "self_test"),  # fails after its patches are applied
+    "triton_analysis_cache": (analysis_cache, "plan"),
     "float_specializations": (float_specializations, "plan"),
     "static_strides": (static_strides, "self_test"),  # fails after its patch is applied
     "power_of_2_sizes": (power_of_2_sizes, "plan"),
