@@ -180,15 +180,48 @@ class Attribute(Slot):
     def value_for(self, old: Any, replacement: Any) -> Any:
         return replacement(old)
 
-    def write(self, value: Any) -> None:
+    def write(self, value: Any) -> Any:
         if value is ABSENT:
             if self.attr in vars(self.owner):
                 delattr(self.owner, self.attr)
         else:
             setattr(self.owner, self.attr, value)
+        return value
+
+    def unwrite(self, token: Any, saved: Any) -> None:
+        """Bring back ``saved``: in the slot, or, where another wrapper of this package
+        was put over ours since, under that wrapper."""
+        over = wrapper_over(self.read(), token)
+        if over is None:
+            self.write(saved)
+        else:
+            over.stock = saved
+
+    def still_ours(self, current: Any, installed: Any) -> bool:
+        return current is installed or wrapper_over(current, installed) is not None
 
     def describe(self) -> str:
         return f"{self.owner_name}.{self.attr}"
+
+
+def wrapper_over(value: Any, inner: Any) -> Any:
+    """The wrapper in ``value``'s chain of this package's wrappers whose ``stock`` is
+    ``inner``, or None.  Two features may wrap one function (torch calls it by one
+    name); a wrapper that calls what it wraps through its ``stock`` attribute, and says
+    so with ``splices = True``, lets either feature be rolled back alone: the other's
+    wrapper is given what was under the one rolled back."""
+    while getattr(value, "splices", False):
+        if value.stock is inner:
+            return value
+        value = value.stock
+    return None
+
+
+def innermost(value: Any) -> Any:
+    """What is under every wrapper of this package that names what it wraps ``stock``."""
+    while getattr(value, "splices", False):
+        value = value.stock
+    return value
 
 
 # ---------------------------------------------------------------- config options
@@ -423,6 +456,10 @@ class Registry:
                 chosen = [a for a in self._applied if id(a.patch) in ids]
                 kept = [a for a in self._applied if id(a.patch) not in ids]
             problems = self._undo(list(chosen))
+            for gone in chosen:  # a kept wrapper that went over one undone now wraps what that one saved
+                for k in kept:
+                    if k.saved is gone.installed:
+                        k.saved = gone.saved
             self._applied = kept
             self._notify()
             return problems

@@ -38,7 +38,7 @@ import torch
 from ..patching.counters import count
 from ..patching.declare import Decision, PlanError, Unavailable, needed, not_needed, require
 from ..patching.probes import global_names
-from ..patching.registry import Attribute, Patch
+from ..patching.registry import Attribute, Patch, innermost
 
 RETIRED_BY = "pytorch/pytorch#169782 (torch 2.12): only tl.constexpr and None arguments are Triton constants"
 NAME = "triton.analysis_scalars_as_arguments"
@@ -138,7 +138,7 @@ def generate_ttir_with_scalar_arguments(stock: Callable[..., Any]) -> Callable[.
 
     def generate_ttir(kernel, kwargs, tma_descriptor_metadata, *args: Any, **kw: Any):
         with constants_are_constexprs_only():
-            module, tensor_names = stock(kernel, kwargs, tma_descriptor_metadata, *args, **kw)
+            module, tensor_names = generate_ttir.stock(kernel, kwargs, tma_descriptor_metadata, *args, **kw)
         fn, arguments = _jit_and_arguments(kernel, kwargs)
         names = argument_names(fn, arguments, list(tensor_names))
         if len(names) > len(tensor_names):
@@ -146,6 +146,7 @@ def generate_ttir_with_scalar_arguments(stock: Callable[..., Any]) -> Callable[.
         return module, names
 
     generate_ttir.stock = stock  # type: ignore[attr-defined]
+    generate_ttir.splices = True  # type: ignore[attr-defined]  (calls through .stock: see registry.wrapper_over)
     return generate_ttir
 
 
@@ -159,10 +160,11 @@ def written_tensors_only(stock: Callable[..., Any]) -> Callable[..., Any]:
     """``identify_mutated_tensors`` without the scalar arguments a store's address reaches."""
 
     def identify_mutated_tensors(kernel, kwargs, tma_descriptor_metadata, *args: Any, **kw: Any):
-        mutated = stock(kernel, kwargs, tma_descriptor_metadata, *args, **kw)
+        mutated = identify_mutated_tensors.stock(kernel, kwargs, tma_descriptor_metadata, *args, **kw)
         return [name for name in mutated if not is_scalar(kwargs.get(name))]
 
     identify_mutated_tensors.stock = stock  # type: ignore[attr-defined]
+    identify_mutated_tensors.splices = True  # type: ignore[attr-defined]
     return identify_mutated_tensors
 
 
@@ -279,7 +281,7 @@ def plan() -> list[Decision]:
         return [not_needed(NAME, "the analysis compiles scalar arguments as arguments", probe=probe, obsolete_when=RETIRED_BY)]
     identify = getattr(tkw, "identify_mutated_tensors", None)
     require(callable(identify), f"{MODULE}.identify_mutated_tensors")
-    require("generate_ttir" in global_names(identify), "generate_ttir called by name from identify_mutated_tensors")
+    require("generate_ttir" in global_names(innermost(identify)), "generate_ttir called by name from identify_mutated_tensors")
     reason = (
         "the analysis of what a user Triton kernel writes compiles its scalar arguments as constants: "
         "a kernel calling .to() on one (Liger's cross entropy with class weights or softcap) fails it, "

@@ -40,7 +40,7 @@ import torch
 from ..patching.counters import count
 from ..patching.declare import Decision, Unavailable, needed, not_needed, require
 from ..patching.probes import global_names
-from ..patching.registry import Attribute, Patch
+from ..patching.registry import Attribute, Patch, innermost
 from .analysis import _no_warnings_as_errors, analysis_target, probe_arguments, probe_kernel, triton_available
 
 RETIRED_BY = "pytorch/pytorch#193227 (open): a user Triton kernel's accesses worked out once per signature"
@@ -119,6 +119,7 @@ def signature_key(kernel: Any, kwargs: dict[str, Any], tma_descriptor_metadata: 
 def kept_answers(stock: Callable[..., Any]) -> Callable[..., Any]:
     """The analysis ``stock``, answering a signature it has answered from what it kept."""
     answers: collections.OrderedDict[Any, Any] = collections.OrderedDict()
+    answered_by = [stock]  # the analysis the answers kept came from
     lock = threading.Lock()
 
     def analyse(kernel, kwargs, tma_descriptor_metadata, *args: Any, **kw: Any):
@@ -126,25 +127,31 @@ def kept_answers(stock: Callable[..., Any]) -> Callable[..., Any]:
             key = None if (args or kw) else signature_key(kernel, kwargs, tma_descriptor_metadata)
         except Exception:
             key = None
+        inner = analyse.stock  # what it wraps now (another feature's wrapper may come and go under it)
         if key is None:
             count(PREFIX, "uncached")
-            return stock(kernel, kwargs, tma_descriptor_metadata, *args, **kw)
+            return inner(kernel, kwargs, tma_descriptor_metadata, *args, **kw)
         with lock:
+            if answered_by[0] is not inner:  # answers of another analysis: forget them
+                answers.clear()
+                answered_by[0] = inner
             answer = answers.get(key)
             if answer is not None:
                 answers.move_to_end(key)
         if answer is not None:
             count(PREFIX, "hit")
             return copy.deepcopy(answer)
-        answer = stock(kernel, kwargs, tma_descriptor_metadata)
+        answer = inner(kernel, kwargs, tma_descriptor_metadata)
         count(PREFIX, "miss")
         with lock:
-            answers[key] = copy.deepcopy(answer)
+            if answered_by[0] is inner:
+                answers[key] = copy.deepcopy(answer)
             while len(answers) > KEPT:
                 answers.popitem(last=False)
         return answer
 
     analyse.stock = stock  # type: ignore[attr-defined]
+    analyse.splices = True  # type: ignore[attr-defined]  (calls through .stock: see registry.wrapper_over)
     analyse.answers = answers  # type: ignore[attr-defined]
     return analyse
 
@@ -156,10 +163,7 @@ def analysis_repeats() -> bool:
     from torch._higher_order_ops import triton_kernel_wrap as tkw
 
     analyse = getattr(tkw, analysis_name(tkw))
-    innermost = analyse
-    while hasattr(innermost, "stock"):  # under this package's own wrappers (triton_analysis)
-        innermost = innermost.stock
-    require("generate_ttir" in global_names(innermost), "generate_ttir called by name from the analysis")
+    require("generate_ttir" in global_names(innermost(analyse)), "generate_ttir called by name from the analysis")
     compiled = 0
     generate = tkw.generate_ttir
 
