@@ -118,7 +118,9 @@ def as_float64(x, w, onehot, out_dtype=None):
     return flce_like(x.double(), w.double(), onehot.double())
 
 
-@pytest.mark.parametrize("out_dtype", [None, torch.float32], ids=["fp32 addmm", "bf16 addmm.dtype into fp32"])
+@pytest.mark.parametrize(
+    "out_dtype", [pytest.param(None, marks=pytest.mark.slow), torch.float32], ids=["fp32 addmm", "bf16 addmm.dtype into fp32"]
+)
 @needs_pass
 def test_chunk_logits_not_all_alive_and_results_unchanged(out_dtype):
     x, w, target = flce_inputs(torch.float32 if out_dtype is None else torch.bfloat16)

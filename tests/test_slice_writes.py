@@ -278,7 +278,7 @@ def into_a_graph_input(grad_input, x, w, chunk):
     return grad_input.sum()
 
 
-@pytest.mark.parametrize("chunk", [4, 3])
+@pytest.mark.parametrize("chunk", [pytest.param(4, marks=pytest.mark.slow), 3])  # 3: the last chunk short
 def test_writes_into_a_graph_input_go_straight_into_its_slices(chunk):
     bt = MANY * 8
     x, w, start = torch.randn(bt, H), torch.randn(V, H) / 4, torch.randn(bt, H)
@@ -294,7 +294,7 @@ def test_writes_into_a_graph_input_go_straight_into_its_slices(chunk):
     assert_close_to_float64(compiled.result, expected_total)
 
 
-@pytest.mark.parametrize("chunk", [4, 3])
+@pytest.mark.parametrize("chunk", [pytest.param(4, marks=pytest.mark.slow), 3])  # 3: the last chunk short
 def test_writes_into_a_graph_input_with_symbolic_sizes_go_straight_into_its_slices(chunk):
     bt = MANY * 8
     x, w, start = torch.randn(bt, H), torch.randn(V, H) / 4, torch.randn(bt, H)
