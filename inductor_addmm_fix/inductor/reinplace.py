@@ -46,7 +46,7 @@ _lock = threading.Lock()
 _library: Any = None  # defined once per process and kept: an op cannot be undefined safely
 
 
-def _addmm_dtype_(self, mat1, mat2, out_dtype, *, beta=1, alpha=1):
+def addmm_dtype_eager(self, mat1, mat2, out_dtype, *, beta=1, alpha=1):
     """self = beta * self + alpha * (mat1 @ mat2) in out_dtype, in place.
 
     Only a marker in post-grad graphs: ``lower_addmm_dtype_`` lowers it.  This
@@ -138,7 +138,7 @@ def addmm_dtype_inplace() -> torch._ops.OpOverload:
         if _library is None:
             library = torch.library.Library(NAMESPACE, "DEF")
             library.define(_SCHEMA)
-            library.impl("addmm_dtype_", _addmm_dtype_, "CompositeExplicitAutograd")
+            library.impl("addmm_dtype_", addmm_dtype_eager, "CompositeExplicitAutograd")
             library.impl("addmm_dtype_", _addmm_dtype_meta, "Meta")
             _library = library
     return torch.ops.inductor_addmm_fix.addmm_dtype_.default

@@ -71,22 +71,45 @@ class Slot:
         raise NotImplementedError
 
 
+class _Splicing:
+    """A slot whose value may be one of this package's wrappers of what it held
+    (``splices = True``, what it wraps in ``stock``): undoing a patch under such a
+    wrapper hands the wrapper what that patch replaced (see :func:`wrapper_over`)."""
+
+    def unwrite(self, token: Any, saved: Any) -> None:
+        over = wrapper_over(self.read(), token)
+        if over is None:
+            self.write(saved)
+        else:
+            over.stock = saved
+
+    def still_ours(self, current: Any, installed: Any) -> bool:
+        return current is installed or wrapper_over(current, installed) is not None
+
+
 @dataclasses.dataclass(eq=False)
-class DictEntry(Slot):
-    """``table[key]`` of a plain dict (decomposition and lowering tables)."""
+class DictEntry(_Splicing, Slot):
+    """``table[key]`` of a plain dict (decomposition and lowering tables).  With
+    ``wraps`` the patch's replacement is a factory, ``replacement(old) -> new``, for a
+    wrapper of what the entry held (another feature's entry, say)."""
 
     table: dict
     key: Any
     table_name: str
+    wraps: bool = False
 
     def read(self) -> Any:
         return self.table.get(self.key, ABSENT)
 
-    def write(self, value: Any) -> None:
+    def value_for(self, old: Any, replacement: Any) -> Any:
+        return replacement(old) if self.wraps else replacement
+
+    def write(self, value: Any) -> Any:
         if value is ABSENT:
             self.table.pop(self.key, None)
         else:
             self.table[self.key] = value
+        return value
 
     def describe(self) -> str:
         return f"{self.table_name}[{self.key}]"
@@ -164,7 +187,7 @@ class DispatcherKernel(Slot):
 
 
 @dataclasses.dataclass(eq=False)
-class Attribute(Slot):
+class Attribute(_Splicing, Slot):
     """An attribute as a module or class stores it in its ``__dict__``: a function that
     torch calls by its global name, a class's staticmethod.  The patch's replacement is
     a factory: ``replacement(old) -> new`` wraps the object that was there (the raw
@@ -187,18 +210,6 @@ class Attribute(Slot):
         else:
             setattr(self.owner, self.attr, value)
         return value
-
-    def unwrite(self, token: Any, saved: Any) -> None:
-        """Bring back ``saved``: in the slot, or, where another wrapper of this package
-        was put over ours since, under that wrapper."""
-        over = wrapper_over(self.read(), token)
-        if over is None:
-            self.write(saved)
-        else:
-            over.stock = saved
-
-    def still_ours(self, current: Any, installed: Any) -> bool:
-        return current is installed or wrapper_over(current, installed) is not None
 
     def describe(self) -> str:
         return f"{self.owner_name}.{self.attr}"
