@@ -27,10 +27,11 @@ from __future__ import annotations
 class Feature:
     """A feature: its name and the modules that make it up."""
 
-    __slots__ = ("name", "core", "inductor", "self_tests", "machinery")
+    __slots__ = ("name", "core", "inductor", "self_tests", "machinery", "needs")
 
-    def __init__(self, name, *, core=(), inductor=(), self_tests=None, machinery=("cache_key",)):
+    def __init__(self, name, *, core=(), inductor=(), self_tests=None, machinery=("cache_key",), needs=()):
         self.name = name
+        self.needs = tuple(needs)  # features it builds on (earlier in the table): off while one of them is
         self.core = tuple(core)  # patch modules of torch core, in the order they plan
         self.inductor = tuple(inductor)  # patch modules of Inductor, in the order they plan
         self.self_tests = dict(self_tests or {})  # stage -> "module:function" run once it applied

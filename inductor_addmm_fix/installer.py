@@ -47,6 +47,7 @@ class _Applied:
         self.patches: list[Patch] = []
         self.error: str | None = None  # "Type: message" of the failure that rolled it back
         self.unavailable: str | None = None
+        self.needs_off: str | None = None  # a feature it needs that is not applied
         self.key: tuple = ()  # machinery: what it was planned for
 
 
@@ -90,10 +91,14 @@ def install(features=None, *, activation: str = "install()", selected_by: str = 
             _state.update(wanted=True, activation=activation)
         for name in [n for n in _features if n not in selected]:
             _restore(_features.pop(name))
+        for feature in F.FEATURE_TABLE:  # a feature built on one rolled back goes with it
+            if feature.name in _features and any(n not in _features for n in feature.needs):
+                _restore(_features[feature.name])
+                _features[feature.name] = _Applied()
         _state.update(selected=selected, selected_by=selected_by)
         for name in selected:
             applied = _features.setdefault(name, _Applied())
-            if applied.error or applied.unavailable:  # nothing of it is applied: plan it again
+            if applied.error or applied.unavailable or applied.needs_off:  # nothing of it is applied: plan it again
                 _features[name] = _Applied()
         _apply_stage(CORE)  # imports torch, inside the guard: a torch we cannot patch only warns
         if any(_waits_for_inductor(name) for name in selected):
@@ -121,6 +126,7 @@ def _waits_for_inductor(name: str) -> bool:
         applied is not None
         and not applied.error
         and not applied.unavailable
+        and not applied.needs_off
         and bool(F.BY_NAME[name].inductor)
         and INDUCTOR not in applied.stages
     )
@@ -136,10 +142,15 @@ def _apply_stage(stage: str) -> None:
             return
         for feature in F.FEATURE_TABLE:
             applied = _features.get(feature.name)
-            if applied is None or applied.error or applied.unavailable or stage in applied.stages:
+            if applied is None or applied.error or applied.unavailable or applied.needs_off or stage in applied.stages:
                 continue
             if stage == INDUCTOR and feature.core and CORE not in applied.stages:
                 continue  # its core part is not applied
+            off = [n for n in feature.needs if not _applied_at(n, stage)]
+            if off:
+                _restore(applied)
+                applied.needs_off = off[0]
+                continue
             try:
                 decisions = plan_modules(getattr(feature, stage))
                 patches = patches_of(decisions)
@@ -159,6 +170,14 @@ def _apply_stage(stage: str) -> None:
             log.info("%s: applied %d %s patch(es)", feature.name, len(patches), stage)
         if stage == INDUCTOR:
             _sync_machinery()
+
+
+def _applied_at(name: str, stage: str) -> bool:
+    """Whether feature ``name`` is selected and its ``stage`` applied (or has nothing to apply)."""
+    applied = _features.get(name)
+    if applied is None or applied.error or applied.unavailable or applied.needs_off:
+        return False
+    return stage in applied.stages or not getattr(F.BY_NAME[name], stage)
 
 
 def _run(target: str) -> None:
@@ -253,6 +272,8 @@ def status() -> Status:
                 states[name] = f"failed: {applied.error}"
             elif applied.unavailable:
                 states[name] = f"unavailable on this torch: {applied.unavailable}"
+            elif applied.needs_off:
+                states[name] = f"off (needs the {applied.needs_off} feature, which is not applied)"
             elif _waits_for_inductor(name):
                 states[name] = WAITING
             elif any(d.needed for d in applied.decisions):
