@@ -51,6 +51,8 @@ FEATURE_TABLE = (
     ),
     # Accumulation chains (addmm(acc, ..., out=acc)) run in place, as in eager.
     Feature("reinplace", inductor=("inductor.reinplace",)),
+    # In-place accumulates on Hopper GPUs run the package's kernel where it beats cuBLAS.
+    Feature("accumulate_kernel", inductor=("inductor.accumulate_kernel",), needs=("reinplace",)),
     # as_strided of a slice of an unrealized buffer reads the buffer's storage, as in eager.
     Feature("views", inductor=("inductor.views",), self_tests={"inductor": "inductor.views:self_test"}),
     # Chunked writes into slices of one buffer write only their slice (post-grad pass).

@@ -146,9 +146,17 @@ def settled_states() -> dict:
 
 
 def settled(status, names=None) -> bool:
-    """Every named feature (default: all) in the state a working install gives it here;
-    ``status`` a :class:`Status` or its ``features`` mapping (as ``--json`` gives it)."""
+    """Every named feature (default: all) in the state a working install gives it here,
+    or, where a feature it needs (``Feature.needs``) is not applied in ``status``, off
+    naming that one; ``status`` a :class:`Status` or its ``features`` mapping (as
+    ``--json`` gives it)."""
+    from inductor_addmm_fix.features import BY_NAME
+
     features, want = getattr(status, "features", status), settled_states()
+    for name in want:
+        off = [n for n in BY_NAME[name].needs if features[n] not in ("applied", "not needed on this torch")]
+        if off:
+            want[name] = f"off (needs the {off[0]} feature, which is not applied)"
     return all(features[n].startswith(want[n]) for n in (want if names is None else names))
 
 
@@ -225,7 +233,13 @@ def tables_snapshot(tables: dict | None = None) -> dict:
             snap[("out_dtype", f"torch.library._impls[{key}]", str(op))] = f"aten/{qualname}/{key}" in tables["impls"]
     for op in (aten.addmm.dtype, aten.addmm.default):
         snap[("reinplace", "inplaceable", str(op))] = _entry(tables["inplaceable"], op)
-    snap[("reinplace", "lowering", "addmm_")] = _entry(tables["lowering"], aten.addmm_.default)
+    inplace = [aten.addmm_.default]
+    if hasattr(torch.ops.inductor_addmm_fix, "addmm_dtype_"):  # the package's op, defined on first use
+        inplace.append(torch.ops.inductor_addmm_fix.addmm_dtype_.default)
+    for op in inplace:  # reinplace's lowering, under accumulate_kernel's wrapper where that applies
+        under, wrappers = _wrappers_of("accumulate_kernel", tables["lowering"].get(op))
+        snap[("reinplace", "lowering", str(op))] = None if op not in tables["lowering"] else under
+        snap[("accumulate_kernel", "lowering", str(op))] = wrappers
     for op in (aten.slice.Tensor, aten.select.int):
         snap[("views", "lowering", str(op))] = _entry(tables["lowering"], op)
     for name in ("slice_writes", "chunk_order", "accumulate_pairs"):

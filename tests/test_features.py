@@ -15,7 +15,7 @@ import inductor_addmm_fix as fix
 from helpers import differences, of_feature, settled, settled_states, tables_snapshot
 from inductor_addmm_fix import features, installer
 from inductor_addmm_fix.activation import startup
-from inductor_addmm_fix.inductor import lowerings, reinplace, views
+from inductor_addmm_fix.inductor import accumulate_kernel, lowerings, reinplace, views
 from inductor_addmm_fix.dynamo import float_specializations, power_of_2_sizes, static_strides
 from inductor_addmm_fix.inductor.passes import accumulate_pairs, chunk_order, post_grad_slot, slice_writes
 from inductor_addmm_fix.triton_kernels import analysis, analysis_cache, clones, float_args
@@ -77,6 +77,7 @@ def test_the_features_are_named_in_the_public_api():
     assert fix.FEATURES == (
         "out_dtype",
         "reinplace",
+        "accumulate_kernel",
         "views",
         "slice_writes",
         "chunk_order",
@@ -102,6 +103,25 @@ def test_each_feature_can_be_turned_off_by_install(stock, name):
     assert status.installed
     status = fix.install()
     assert settled(status, ALL), status.features
+    assert of_feature(tables_snapshot(), name) != of_feature(stock, name) or not APPLIES[name]
+
+
+NEEDED = [(f.name, needed) for f in features.FEATURE_TABLE for needed in f.needs]
+
+
+@pytest.mark.parametrize("name, needed", NEEDED, ids=[f"{n} needs {m}" for n, m in NEEDED])
+def test_a_feature_is_off_while_one_it_needs_is_off(stock, name, needed):
+    status = fix.install(features=f"-{needed}")
+    assert status.features[name] == f"off (needs the {needed} feature, which is not applied)"
+    assert of_feature(tables_snapshot(), name) == of_feature(stock, name)
+    assert not any(p.feature == name for p in status.patches)
+
+
+@pytest.mark.parametrize("name, needed", NEEDED, ids=[f"{n} needs {m}" for n, m in NEEDED])
+def test_a_feature_comes_back_with_one_it_needs(stock, name, needed):
+    fix.install(features=f"-{needed}")
+    status = fix.install()
+    assert settled(status, [name, needed]), status.features
     assert of_feature(tables_snapshot(), name) != of_feature(stock, name) or not APPLIES[name]
 
 
@@ -175,6 +195,7 @@ def _raise(*args, **kwargs):
 FAILURES = {
     "out_dtype": (lowerings, "plan"),  # the Inductor part: its core part is rolled back too
     "reinplace": (reinplace, "plan"),
+    "accumulate_kernel": (accumulate_kernel, "plan"),
     "views": (views, "self_test"),  # fails after its patches are applied
     "slice_writes": (slice_writes, "plan"),
     "chunk_order": (chunk_order, "plan"),

@@ -1,0 +1,299 @@
+"""In-place accumulates on a Hopper GPU go to the package's kernel where it applies: which
+calls it takes, how Inductor's lowering routes a chain's steps to it (in place, no
+copies, results as float64's), that every other step keeps reinplace's lowering, and,
+where Triton is installed, the kernel's arithmetic (Triton's interpreter) and its
+Hopper build (wgmma, no spills).  The CPU has no Hopper GPU: the routing tests say it
+has one, and the op runs its CPU path; the kernel on the GPU is tests/gpu/."""
+
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import pytest
+import torch
+
+import inductor_addmm_fix
+from helpers import allocations, compile_and_run
+from workloads import accumulate_in_chunks
+
+from inductor_addmm_fix.inductor import accumulate_kernel, hopper_accumulate
+from inductor_addmm_fix.inductor.reinplace import fallback_kernel_runs_out_variants
+
+# One step per chunk: accumulate_pairs (test_accumulate_pairs.py) off.
+pytestmark = pytest.mark.features("-accumulate_pairs")
+
+V, H, BT, CHUNK = 48, 40, 64, 16
+
+
+def has_triton() -> bool:
+    return hopper_accumulate.triton_supported() is None
+
+
+@pytest.fixture
+def feature_on(monkeypatch):
+    """The feature applied on this machine, Triton or not: what it needs of Triton is
+    said to be there (nothing here launches the kernel); planned again afterwards."""
+    import torch._inductor.compile_fx  # noqa: F401  (the stage the feature applies at)
+
+    monkeypatch.setattr(hopper_accumulate, "triton_supported", lambda: None)
+    inductor_addmm_fix.install("-accumulate_pairs")
+    assert inductor_addmm_fix.status().features["accumulate_kernel"] == "applied"
+    yield
+    inductor_addmm_fix.install("-accumulate_pairs,-accumulate_kernel")
+    monkeypatch.undo()
+    inductor_addmm_fix.install("-accumulate_pairs")
+
+
+@pytest.fixture
+def on_hopper(monkeypatch, feature_on):
+    """The lowering takes this CPU for a Hopper GPU."""
+    monkeypatch.setattr(hopper_accumulate, "on_hopper", lambda device: True)
+
+
+def operands(dtype=torch.bfloat16):
+    return torch.randn(BT, V, dtype=dtype), torch.randn(BT, H, dtype=dtype)
+
+
+def relative_error(got, start, g, x) -> float:
+    want = start.double() + g.double().t() @ x.double()
+    return ((got.double() - want).norm() / want.norm()).item()
+
+
+# ---------------------------------------------------------------- which calls it takes
+def flce_step(m=4096, n=16384, k=128, c_dtype=torch.float32, dtype=torch.bfloat16):
+    """(C, A, B) of one FLCE step, shaped as Liger passes them: A = g.t()."""
+    g = torch.empty(k, m, dtype=dtype)
+    return torch.empty(m, n, dtype=c_dtype), g.t(), torch.empty(k, n, dtype=dtype)
+
+
+@pytest.fixture
+def hopper_device(monkeypatch):
+    monkeypatch.setattr(hopper_accumulate, "on_hopper", lambda device: True)
+
+
+def test_it_takes_liger_s_step_into_an_fp32_or_bf16_accumulator(hopper_device):
+    assert hopper_accumulate.supports(*flce_step(c_dtype=torch.float32))
+    assert hopper_accumulate.supports(*flce_step(c_dtype=torch.bfloat16))
+    assert hopper_accumulate.supports(*flce_step(c_dtype=torch.float16, dtype=torch.float16))
+
+
+def test_it_leaves_other_gpus_to_cublas(monkeypatch):
+    monkeypatch.setattr(hopper_accumulate, "on_hopper", lambda device: False)
+    assert not hopper_accumulate.supports(*flce_step())
+
+
+@pytest.mark.parametrize("k, c_dtype, takes", [(512, torch.float32, True), (513, torch.float32, False),
+                                               (128, torch.bfloat16, True), (129, torch.bfloat16, False)])
+def test_it_takes_the_rows_per_step_where_it_measured_faster(hopper_device, k, c_dtype, takes):
+    assert hopper_accumulate.supports(*flce_step(k=k, c_dtype=c_dtype)) is takes
+
+
+@pytest.mark.parametrize("k, takes", [(256, True), (257, False)])
+def test_it_takes_more_rows_into_a_large_bf16_accumulator(hopper_device, k, takes):
+    """2**28 elements (Llama-3's and Gemma-2's heads have 2**29): 256 rows, not 128."""
+    assert hopper_accumulate.supports(*flce_step(m=1 << 14, n=1 << 14, k=k, c_dtype=torch.bfloat16)) is takes
+
+
+def test_it_leaves_small_accumulators_to_cublas(hopper_device):
+    assert not hopper_accumulate.supports(*flce_step(m=1024, n=1024))
+
+
+def test_it_leaves_other_layouts_to_cublas(hopper_device):
+    c, a, b = flce_step()
+    assert not hopper_accumulate.supports(c, a.contiguous(), b)  # A row-major
+    assert not hopper_accumulate.supports(c, a, b.t().contiguous().t())  # B column-major
+    assert not hopper_accumulate.supports(c.t().contiguous().t(), a, b)  # C column-major
+    odd = torch.empty(256, 4097, dtype=torch.bfloat16)[:, 1:]
+    assert not hopper_accumulate.supports(c, odd.t(), b)  # rows not 16-byte aligned
+
+
+def test_it_leaves_other_dtypes_and_scalings_to_cublas(hopper_device):
+    c, a, b = flce_step()
+    assert not hopper_accumulate.supports(c, a.float(), b.float())
+    assert not hopper_accumulate.supports(c.double(), a, b)
+    assert not hopper_accumulate.supports(c, a, b.half())
+    assert not hopper_accumulate.supports(c, a, b, beta=0.5)
+    assert not hopper_accumulate.supports(c, a, b, alpha=2)
+
+
+# ---------------------------------------------------------------- how Inductor routes
+def chunks(grad_weight, g, x, **kwargs):
+    return accumulate_in_chunks(grad_weight, g, x, CHUNK, **kwargs)
+
+
+@pytest.mark.parametrize("out_dtype", [torch.float32, None], ids=["fp32 accumulator", "bf16 accumulator"])
+def test_a_chain_on_hopper_runs_the_accumulate_op_in_place(on_hopper, out_dtype):
+    if out_dtype is None and not fallback_kernel_runs_out_variants():
+        pytest.skip("this torch lowers a bf16 chain through aten.addmm_, which the op replaces alike")
+    g, x = operands()
+    start = torch.randn(V, H, dtype=out_dtype or torch.bfloat16)
+    buf = start.clone()
+    kwargs = {"out_dtype": out_dtype} if out_dtype else {}
+    compiled = compile_and_run(lambda b, g, x: chunks(b, g, x, **kwargs), buf, g, x)
+    what = "addmm.dtype" if out_dtype else "addmm"
+    assert compiled.counts.get(f"{what}:hopper_accumulate") == BT // CHUNK, compiled.counts
+    assert compiled.code.count("inductor_addmm_fix.accumulate_.default(") == BT // CHUNK
+    assert compiled.result is buf
+    assert allocations(compiled.code, (V, H)) == 0  # no copy of the accumulator
+    assert relative_error(buf, start, g, x) < (1e-6 if out_dtype else 1e-2)
+
+
+def test_a_chain_off_hopper_keeps_reinplace_s_lowering(feature_on):
+    g, x = operands()
+    compiled = compile_and_run(lambda b, g, x: chunks(b, g, x, out_dtype=torch.float32), torch.zeros(V, H), g, x)
+    assert "addmm.dtype:hopper_accumulate" not in compiled.counts
+    assert compiled.counts.get("addmm.dtype:accumulate_in_place") == BT // CHUNK, compiled.counts
+    assert "accumulate_" not in compiled.code
+
+
+def test_a_scaled_step_keeps_reinplace_s_lowering(on_hopper):
+    g, x = operands()
+    compiled = compile_and_run(
+        lambda b, g, x: chunks(b, g, x, out_dtype=torch.float32, beta=0.5), torch.zeros(V, H), g, x
+    )
+    assert "addmm.dtype:hopper_accumulate" not in compiled.counts, compiled.counts
+    assert "accumulate_" not in compiled.code
+
+
+def test_the_op_runs_reinplace_s_call_where_the_kernel_does_not_apply(monkeypatch):
+    def kernel(*args):
+        raise AssertionError("the kernel ran")
+
+    monkeypatch.setattr(hopper_accumulate, "accumulate", kernel)
+    g, x = operands()
+    for start in (torch.randn(V, H), torch.randn(V, H, dtype=torch.bfloat16)):
+        buf = start.clone()
+        accumulate_kernel.accumulate_op()(buf, g.t(), x)
+        assert relative_error(buf, start, g, x) < (1e-6 if start.dtype == torch.float32 else 1e-2)
+
+
+def test_a_kernel_that_fails_to_build_is_off_for_the_process_with_one_warning(monkeypatch):
+    def kernel(*args):
+        raise RuntimeError("simulated: this Triton cannot build it")
+
+    monkeypatch.setattr(hopper_accumulate, "supports", lambda *args: True)
+    monkeypatch.setattr(hopper_accumulate, "accumulate", kernel)
+    monkeypatch.setattr(hopper_accumulate, "failure", None)
+    g, x = operands()
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            start = torch.randn(V, H)
+            buf = start.clone()
+            accumulate_kernel.accumulate_op()(buf, g.t(), x)
+            assert relative_error(buf, start, g, x) < 1e-6  # the step ran on the fallback
+    messages = [str(w.message) for w in record if "Hopper accumulate kernel failed" in str(w.message)]
+    assert len(messages) == 1 and "simulated" in messages[0], messages
+    assert hopper_accumulate.failure.startswith("RuntimeError: simulated")
+
+
+def test_turning_the_feature_off_restores_reinplace_s_lowerings(feature_on):
+    from torch._inductor import lowering as L
+
+    from inductor_addmm_fix.inductor.reinplace import addmm_dtype_inplace
+
+    ops = (addmm_dtype_inplace(), torch.ops.aten.addmm_.default)
+    wrapped = [L.lowerings[op] for op in ops]
+    assert all(getattr(entry, "splices", False) for entry in wrapped)
+    inductor_addmm_fix.install("-accumulate_pairs,-accumulate_kernel")
+    assert [L.lowerings[op] for op in ops] == [entry.stock for entry in wrapped]
+
+
+def test_turning_reinplace_off_turns_the_feature_off_with_it(feature_on):
+    from torch._inductor import lowering as L
+
+    from inductor_addmm_fix.inductor.reinplace import addmm_dtype_inplace
+
+    inductor_addmm_fix.install("-accumulate_pairs,-reinplace")
+    state = inductor_addmm_fix.status().features["accumulate_kernel"]
+    assert state == "off (needs the reinplace feature, which is not applied)"
+    assert addmm_dtype_inplace() not in L.lowerings  # neither the wrapper nor what it wrapped
+
+
+def test_turning_reinplace_on_again_brings_the_feature_back_over_it(feature_on):
+    from torch._inductor import lowering as L
+
+    from inductor_addmm_fix.inductor.reinplace import addmm_dtype_inplace
+
+    inductor_addmm_fix.install("-accumulate_pairs,-reinplace")
+    inductor_addmm_fix.install("-accumulate_pairs")
+    assert inductor_addmm_fix.status().features["accumulate_kernel"] == "applied"
+    assert getattr(L.lowerings[addmm_dtype_inplace()], "splices", False)
+
+
+def test_reinplace_keeps_its_lowerings_when_the_feature_goes(feature_on):
+    inductor_addmm_fix.install("-accumulate_pairs,-reinplace")
+    inductor_addmm_fix.install("-accumulate_pairs")
+    inductor_addmm_fix.install("-accumulate_pairs,-accumulate_kernel")
+    g, x = operands()
+    compiled = compile_and_run(lambda b, g, x: chunks(b, g, x, out_dtype=torch.float32), torch.zeros(V, H), g, x)
+    assert compiled.counts.get("addmm.dtype:accumulate_in_place") == BT // CHUNK, compiled.counts
+
+
+# ---------------------------------------------------------------- the kernel (needs Triton)
+needs_triton = pytest.mark.skipif(not has_triton(), reason="Triton is not installed")
+
+_INTERPRETED = """
+import torch, triton
+from inductor_addmm_fix.inductor import hopper_accumulate as k
+torch.manual_seed({seed})
+for c_dtype, (m, n, kk) in [(torch.float32, (200, 136, 70)), (torch.float16, (136, 264, 64)), (torch.float32, (128, 128, 1))]:
+    g = torch.randn(kk, m, dtype=torch.float16)   # the interpreter reads bf16 wrongly: fp16 operands
+    x = torch.randn(kk, n, dtype=torch.float16)
+    c = torch.randn(m, n, dtype=c_dtype)
+    want = c.double() + g.double().t() @ x.double()
+    k.accumulate(c, g.t(), x)
+    print(c_dtype, ((c.double() - want).norm() / want.norm()).item())
+"""
+
+
+@needs_triton
+def test_the_kernel_adds_the_product_into_the_accumulator(seeded_random):
+    """Triton's interpreter on the CPU: edges of every tile dimension (M, N, K not
+    multiples of the tile), K = 1, an fp32 and an fp16 accumulator."""
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(_INTERPRETED.format(seed=seeded_random))],
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    errors = [float(line.split()[-1]) for line in out.stdout.splitlines()]
+    assert len(errors) == 3, out.stdout
+    assert errors[0] < 1e-6 and errors[2] < 1e-6  # fp32: one rounding of each sum
+    assert errors[1] < 1e-3  # fp16: one rounding to fp16
+
+
+@needs_triton
+@pytest.mark.parametrize("c_dtype", ["fp32", "bf16"])
+def test_the_kernel_builds_for_hopper_with_wgmma_and_no_spills(c_dtype):
+    """Compiled for capability 9.0 without a GPU: Hopper's matrix instructions (HGMMA),
+    tensor-memory copies (UTMALDG), no local memory, the shared memory of three programs
+    per multiprocessor."""
+    import shutil
+    import tempfile
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    config = hopper_accumulate.DEFAULT
+    bm, bn, bk = config.block_m, config.block_n, config.block_k
+    desc = lambda dtype, block: f"tensordesc<{dtype}[{block[0]}, {block[1]}]>"  # noqa: E731
+    signature = {"g_desc": desc("bf16", [bk, bm]), "x_desc": desc("bf16", [bk, bn]),
+                 "c_desc": desc(c_dtype, [bm, bn]), "M": "i32", "N": "i32", "K": "i32",
+                 "BM": "constexpr", "BN": "constexpr", "BK": "constexpr", "GROUP": "constexpr"}
+    constants = {"BM": bm, "BN": bn, "BK": bk, "GROUP": config.group_m}
+    built = triton.compile(ASTSource(hopper_accumulate.kernel(), signature=signature, constexprs=constants),
+                           target=GPUTarget("cuda", 90, 32),
+                           options=dict(num_warps=config.warps, num_stages=config.stages))
+    cuobjdump = shutil.which("cuobjdump", path=os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin"))
+    if cuobjdump is None:
+        pytest.skip("no cuobjdump in this Triton")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(built.asm["cubin"])
+        f.flush()
+        sass = subprocess.run([cuobjdump, "-sass", f.name], capture_output=True, text=True).stdout
+        usage = subprocess.run([cuobjdump, "-res-usage", f.name], capture_output=True, text=True).stdout
+    assert "HGMMA" in sass and "UTMALDG" in sass and "UTMASTG" in sass
+    assert "STACK:0" in usage and "LOCAL:0" in usage, usage
+    assert built.metadata.shared * 3 <= 232448  # three programs per multiprocessor
