@@ -100,9 +100,10 @@ def build(model_name: str, head: str, device: str):
 
 def liger_chunks(model_name: str, tokens: int) -> int:
     """How many chunks Liger's FLCE loop runs for ``tokens`` rows (Liger 0.8.5)."""
+    from flce_shapes import liger_chunk
+
     h, v = MODELS[model_name]["hidden_size"], MODELS[model_name]["vocab_size"]
-    chunk = 1 << (-(-tokens // -(-v // h)) - 1).bit_length()
-    return -(-tokens // min(chunk, tokens))
+    return -(-tokens // liger_chunk(h, v, tokens))
 
 
 def timers() -> dict[str, float]:

@@ -19,8 +19,12 @@ each kind of graph, each against eager in alternation (median of --reps after wa
     python benchmarks/flce_shapes.py                                  # every head at its default BT
     python benchmarks/flce_shapes.py --case llama3-8b:8192,32768 --graphs static automatic
     python benchmarks/flce_shapes.py --stock     # also the stock torch rows (the package off) where stock compiles
+    python benchmarks/flce_shapes.py --also=-accumulate_kernel   # also rows with these features (a spec as install() takes)
+    python benchmarks/flce_shapes.py --cublas-too   # also each compiled step with its accumulates on cuBLAS, not the Hopper kernel
 
-Per row: eager and compiled ms and their ratio; host ms (the Python time of one compiled
+Per row: eager and compiled ms and their ratio (with --cublas-too also the same compiled
+graph with ``accumulate_kernel``'s steps sent to cuBLAS at run time, and the Hopper
+kernel's launches per step); host ms (the Python time of one compiled
 step, until it returns: guards, the wrapper's size arithmetic, launches; the step syncs
 on Liger's ``.item()``, so this includes waiting for the forward's first kernels);
 GPU kernel ms of one profiled compiled step (--profile); peak memory above the inputs
@@ -33,6 +37,7 @@ shapes are recorded per code object.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -51,6 +56,12 @@ HEADS = {
 DEFAULT_CASES = ["llama3-8b:8192", "qwen2.5-7b:16384", "gemma2-2b:8192", "qwen2.5-0.5b:4096,16384"]
 GRAPHS = ("static", "automatic", "dynamic", "dynamic-all", "marked")
 IGNORE = -100
+
+
+def liger_chunk(h: int, v: int, rows: int) -> int:
+    """Rows per chunk of Liger 0.8.5's FLCE loop: ``next_power_of_2(cdiv(rows, cdiv(V, H)))``,
+    at most ``rows``."""
+    return min(1 << (-(-rows // -(-v // h)) - 1).bit_length(), rows)
 
 
 def inputs(bt: int, h: int, v: int, seed: int):
@@ -143,7 +154,31 @@ def blocks_at_peak(fn, tensors, clear, min_mib: float = 16.0) -> list:
     return [(where, size / 2**20, n) for where, size, n in rows]
 
 
-def row(head: str, bt: int, accum, graph: str, args, stock: bool = False) -> dict:
+@contextlib.contextmanager
+def accumulates_on_cublas():
+    """The compiled graph's ``inductor_addmm_fix::accumulate_`` steps run cuBLAS (what the
+    ``reinplace`` feature's lowering calls) instead of the Hopper kernel."""
+    from inductor_addmm_fix.inductor import hopper_accumulate
+
+    supports = hopper_accumulate.supports
+    hopper_accumulate.supports = lambda *args, **kwargs: False
+    try:
+        yield
+    finally:
+        hopper_accumulate.supports = supports
+
+
+def kernel_launches(step) -> int:
+    """The Hopper accumulate kernel's launches in one call of ``step``."""
+    from inductor_addmm_fix.inductor import hopper_accumulate
+
+    before = hopper_accumulate.runs["kernel"]
+    step()
+    torch.cuda.synchronize()
+    return hopper_accumulate.runs["kernel"] - before
+
+
+def row(head: str, bt: int, accum, graph: str, args, package: str = "on") -> dict:
     h, v, softcap = HEADS[head]
     x, w, t = inputs(bt, h, v, seed=0)
     loss_fn = loss_fn_for(accum, softcap)
@@ -154,6 +189,13 @@ def row(head: str, bt: int, accum, graph: str, args, stock: bool = False) -> dic
             tensor.grad = None
 
     steps = {"eager": lambda: loss_fn(x, w, t).backward(), "compiled": lambda: fn(xs, ws, ts).backward()}
+    launches = kernel_launches(steps["compiled"])
+    if args.cublas_too:
+        def on_cublas():
+            with accumulates_on_cublas():
+                fn(xs, ws, ts).backward()
+
+        steps["compiled, cuBLAS accumulates"] = on_cublas
     timed = timed_interleaved(steps, warmup=args.warmup, reps=args.reps, setup=clear)
     results = {}
     for label, call, tensors in (("eager", loss_fn, (x, w, t)), ("compiled", fn, (xs, ws, ts))):
@@ -166,14 +208,17 @@ def row(head: str, bt: int, accum, graph: str, args, stock: bool = False) -> dic
     del ref
     out = dict(
         head=head, bt=bt, h=h, v=v, softcap=softcap, accum="fp32" if accum else "None", graph=graph,
-        package="off (stock)" if stock else "on",
+        package=package,
         eager_ms=timed["eager"][0], compiled_ms=timed["compiled"][0], ratio=timed["compiled"][0] / timed["eager"][0],
         eager_gib=timed["eager"][1] / GiB, compiled_gib=timed["compiled"][1] / GiB,
         memory_bound_gib=(timed["eager"][1] + max(0.05 * timed["eager"][1], 64 * 1024**2)) / GiB,
-        compile_s=seconds, graphs=graphs, host_ms=host_ms(fn, (xs, ws, ts), clear),
+        compile_s=seconds, graphs=graphs, host_ms=host_ms(fn, (xs, ws, ts), clear), kernel_launches=launches,
         eager_error=errors["eager"], compiled_error=errors["compiled"],
         grads_within_eager=all(errors["compiled"][k] <= 1.05 * errors["eager"][k] + 1e-7 for k in ("grad_x", "grad_w")),
     )
+    if args.cublas_too:
+        out["cublas_accumulates_ms"] = timed["compiled, cuBLAS accumulates"][0]
+        out["cublas_accumulates_gib"] = timed["compiled, cuBLAS accumulates"][1] / GiB
     if args.profile:
         groups: dict = {}
         out["kernel_ms"], out["kernels"] = kernel_ms(fn, (xs, ws, ts), clear, groups)
@@ -190,20 +235,24 @@ def row(head: str, bt: int, accum, graph: str, args, stock: bool = False) -> dic
 def print_table(rows: list) -> None:
     print(
         "| head | BT | accum | graph | package | eager ms | compiled ms | ratio | vs static | host ms | GPU kernel ms (eager / compiled) "
-        "| extra GiB eager / compiled (bound) | compile s | graphs | grad error vs float64 eager / compiled (x; w) |"
+        "| extra GiB eager / compiled (bound) | compile s | graphs | grad error vs float64 eager / compiled (x; w) "
+        "| Hopper kernel launches | compiled, cuBLAS accumulates ms (ratio) |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     static = {(r["head"], r["bt"], r["accum"], r["package"]): r["compiled_ms"] for r in rows if r["graph"] == "static"}
     for r in rows:
         base = static.get((r["head"], r["bt"], r["accum"], r["package"]))
         vs = f"{r['compiled_ms'] / base:.3f}" if base else "-"
         kern = f"{r['eager_kernel_ms']:.1f} / {r['kernel_ms']:.1f}" if "kernel_ms" in r else "-"
+        cublas = (f"{r['cublas_accumulates_ms']:.2f} ({r['cublas_accumulates_ms'] / r['eager_ms']:.3f})"
+                  if "cublas_accumulates_ms" in r else "-")
         e, c = r["eager_error"], r["compiled_error"]
         print(
             f"| {r['head']} | {r['bt']} | {r['accum']} | {r['graph']} | {r['package']} | {r['eager_ms']:.2f} | "
             f"{r['compiled_ms']:.2f} | {r['ratio']:.3f} | {vs} | {r['host_ms']:.1f} | {kern} | "
             f"{r['eager_gib']:.3f} / {r['compiled_gib']:.3f} ({r['memory_bound_gib']:.3f}) | {r['compile_s']:.1f} | "
-            f"{r['graphs']} | {e['grad_x']:.1e}; {e['grad_w']:.1e} / {c['grad_x']:.1e}; {c['grad_w']:.1e} |"
+            f"{r['graphs']} | {e['grad_x']:.1e}; {e['grad_w']:.1e} / {c['grad_x']:.1e}; {c['grad_w']:.1e} | "
+            f"{r.get('kernel_launches', '-')} | {cublas} |"
         )
 
 
@@ -237,6 +286,10 @@ def main(argv=None) -> int:
     p.add_argument("--kernels", action="store_true", help="with --profile: GPU time per kernel and the blocks alive at the memory peak, "
                    "compared with the static graph's")
     p.add_argument("--stock", action="store_true", help="also each accum=None row with the package off (stock torch)")
+    p.add_argument("--also", action="append", default=[], metavar="SPEC",
+                   help="also each static and automatic row with these features (install(features=SPEC)), e.g. -accumulate_kernel")
+    p.add_argument("--cublas-too", action="store_true",
+                   help="also time each compiled step with its accumulates on cuBLAS instead of the Hopper kernel (same graph)")
     p.add_argument("--json", help="write every row here, as each completes")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
@@ -255,21 +308,25 @@ def main(argv=None) -> int:
     for head, bt in cases:
         for accum_name in args.accum:
             accum = torch.float32 if accum_name == "fp32" else None
-            runs = [(graph, False) for graph in args.graphs]
+            runs = [(graph, "on") for graph in args.graphs]
+            for spec in args.also:
+                runs += [(graph, spec) for graph in args.graphs if graph in ("static", "automatic")]
             if args.stock and accum is None:
-                runs += [(graph, True) for graph in args.graphs if graph in ("static", "automatic")]
-            for graph, stock in runs:
-                if stock:
+                runs += [(graph, "off (stock)") for graph in args.graphs if graph in ("static", "automatic")]
+            for graph, package in runs:
+                if package == "off (stock)":
                     inductor_addmm_fix.uninstall()
+                elif package != "on":
+                    inductor_addmm_fix.install(package)
                 try:
-                    rows.append(row(head, bt, accum, graph, args, stock))
+                    rows.append(row(head, bt, accum, graph, args, package))
                 except Exception as error:  # a row that fails is reported, the others run
-                    print(f"# {head} BT={bt} accum={accum_name} {graph}{' stock' if stock else ''}: {type(error).__name__}: {str(error)[:300]}", flush=True)
+                    print(f"# {head} BT={bt} accum={accum_name} {graph} ({package}): {type(error).__name__}: {str(error)[:300]}", flush=True)
                     torch._dynamo.reset()
                     torch.cuda.empty_cache()
                     continue
                 finally:
-                    if stock:
+                    if package != "on":
                         inductor_addmm_fix.install()
                 print("# row:", json.dumps(rows[-1]), flush=True)
                 if args.json:

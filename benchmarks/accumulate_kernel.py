@@ -1,0 +1,181 @@
+"""The package's Hopper accumulate kernel against cuBLAS, one FLCE step at a time.
+
+    python benchmarks/accumulate_kernel.py                 # the LLM heads' steps, and smaller accumulators
+    python benchmarks/accumulate_kernel.py --shape 128256x4096x256:bf16 --reps 50
+    python benchmarks/accumulate_kernel.py --sweep --json sweep.json   # every candidate Config per shape
+
+Each row is one in-place step ``C += g.t() @ x`` as Liger's FusedLinearCrossEntropy makes
+it (``g`` a chunk's ``[K, M]`` logits gradient, ``x`` its ``[K, N]`` rows, C ``[M, N]`` in
+fp32 or bf16): cuBLAS (``torch.addmm(C, g.t(), x, out=C)``, with ``out_dtype`` for an fp32
+C) against ``hopper_accumulate.accumulate``, median ms of --reps after warm-up (CUDA
+events), their ratio, the bandwidth floor (C read and written, g read, at 4.3 TB/s) and
+the compute floor (at 773 TFLOP/s), each one's error against float64, and whether
+``hopper_accumulate.supports`` takes the step (the rule the package applies).  Needs a
+Hopper GPU and Triton.  ``--sweep`` times each of the candidate tilings and grids
+(:func:`candidates`: tile shapes, warps, pipeline stages) on each shape against cuBLAS,
+the data behind ``hopper_accumulate.DEFAULT``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+
+import torch
+from flce_shapes import HEADS, liger_chunk
+
+# (name, M = vocabulary, N = hidden, K = a chunk's rows, C dtype): each head's steps in
+# benchmarks/flce_shapes.py at BT 4096-32768 (Liger's chunk into a bf16 C, accum_dtype=None;
+# a merged pair of chunks into an fp32 C, accum_dtype=fp32), then smaller accumulators.
+SHAPES = [
+    (f"{head} BT {bt}{' pair' if c == 'fp32' else ''}", v, h, liger_chunk(h, v, bt) * (2 if c == "fp32" else 1), c)
+    for head, (h, v, _) in HEADS.items() for bt in (4096, 8192, 16384, 32768) for c in ("bf16", "fp32")
+] + [
+    ("llama2 head", 32000, 4096, 256, "bf16"), ("llama2 head", 32000, 4096, 256, "fp32"),
+    ("32000x2048", 32000, 2048, 256, "bf16"), ("32000x2048", 32000, 2048, 256, "fp32"),
+    ("gpt2 head", 50304, 768, 128, "bf16"), ("gpt2 head", 50304, 768, 256, "fp32"),
+    ("8192x4096", 8192, 4096, 256, "bf16"), ("8192x4096", 8192, 4096, 256, "fp32"),
+]
+DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+
+
+def candidates():
+    """The Configs --sweep times."""
+    from inductor_addmm_fix.inductor.hopper_accumulate import Config
+
+    return [Config(bm, bn, bk, warps, stages) for bm, bn, bk, warps, stages in [
+        (128, 128, 64, 4, 2), (128, 128, 64, 4, 3), (128, 128, 64, 8, 3), (128, 128, 64, 4, 4),
+        (128, 256, 64, 8, 2), (128, 256, 64, 8, 3), (256, 128, 64, 8, 3), (128, 64, 64, 4, 3),
+        (64, 128, 64, 4, 4), (64, 256, 64, 4, 3), (128, 128, 128, 8, 2), (64, 128, 128, 4, 2)]]
+
+
+def label(config) -> str:
+    return f"{config.block_m}x{config.block_n}x{config.block_k} w{config.warps} s{config.stages}"
+
+
+def sweep(shapes, reps: int, json_path: str | None) -> None:
+    """Per shape: cuBLAS, then each candidate (ms, ratio), best first."""
+    import json
+
+    from inductor_addmm_fix.inductor import hopper_accumulate
+
+    results = []
+    for name, m, n, k, c_name in shapes:
+        dtype = DTYPES[c_name]
+        g = torch.randn(k, m, device="cuda", dtype=torch.bfloat16)
+        x = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+        c = torch.randn(m, n, device="cuda", dtype=dtype)
+        kw = {"out_dtype": torch.float32} if dtype == torch.float32 else {}
+        t_cublas = median_ms(lambda: torch.addmm(c, g.t(), x, out=c, **kw), reps)
+        timed = []
+        for config in candidates():
+            try:
+                ms = median_ms(lambda: hopper_accumulate.accumulate(c, g.t(), x, config), reps)
+            except Exception as error:  # a tiling that does not fit (shared memory) or build
+                timed.append((label(config), None, f"{type(error).__name__}: {str(error)[:80]}"))
+                continue
+            timed.append((label(config), ms, ""))
+        ok = sorted((t for t in timed if t[1] is not None), key=lambda t: t[1])
+        print(f"\n## {name}: M {m} N {n} K {k} C {c_name}: cuBLAS {t_cublas:.3f} ms")
+        for lab, ms, _ in ok[:8]:
+            print(f"  {ms:.3f} ms  {ms / t_cublas:.3f}  {lab}")
+        default = next((t for t in timed if t[0] == label(hopper_accumulate.DEFAULT)), None)
+        if default and default[1] is not None:
+            print(f"  default {default[1]:.3f} ms {default[1] / t_cublas:.3f}")
+        failed = [t for t in timed if t[1] is None]
+        if failed:
+            print(f"  failed: {len(failed)} ({failed[0][0]}: {failed[0][2]})")
+        results.append(dict(name=name, m=m, n=n, k=k, c=c_name, cublas_ms=t_cublas,
+                            candidates=[dict(config=lab, ms=ms, error=err) for lab, ms, err in timed]))
+        del g, x, c
+        torch.cuda.empty_cache()
+        if json_path:
+            with open(json_path, "w") as f:
+                json.dump(dict(device=torch.cuda.get_device_name(), torch=torch.__version__, rows=results), f, indent=1)
+
+
+def median_ms(fn, reps: int, warmup: int = 3) -> float:
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def row(name: str, m: int, n: int, k: int, c_name: str, reps: int) -> dict:
+    from inductor_addmm_fix.inductor import hopper_accumulate
+
+    dtype = DTYPES[c_name]
+    g = torch.randn(k, m, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+    start = torch.randn(m, n, device="cuda", dtype=dtype)
+    kw = {"out_dtype": torch.float32} if dtype == torch.float32 else {}
+    want = start.double().addmm_(g.t().double(), x.double())
+
+    def error(c):
+        return ((c.double() - want).norm() / want.norm()).item()
+
+    cublas, ours = start.clone(), start.clone()
+    torch.addmm(cublas, g.t(), x, out=cublas, **kw)
+    hopper_accumulate.accumulate(ours, g.t(), x)
+    again = start.clone()
+    hopper_accumulate.accumulate(again, g.t(), x)
+    deterministic = torch.equal(ours, again)
+    errors = (error(cublas), error(ours))
+    del want, again, ours
+    c = start
+    t_cublas = median_ms(lambda: torch.addmm(c, g.t(), x, out=c, **kw), reps)
+    t_ours = median_ms(lambda: hopper_accumulate.accumulate(c, g.t(), x), reps)
+    bandwidth = (2 * m * n * c.element_size() + k * m * 2 + k * n * 2) / 4.3e12 * 1e3
+    compute = 2 * m * n * k / 773e12 * 1e3
+    return dict(name=name, m=m, n=n, k=k, c=c_name, cublas_ms=t_cublas, kernel_ms=t_ours, ratio=t_ours / t_cublas,
+                bandwidth_floor_ms=bandwidth, compute_floor_ms=compute, cublas_error=errors[0], kernel_error=errors[1],
+                deterministic=deterministic, taken=hopper_accumulate.supports(c, g.t(), x))
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--shape", action="append", help="MxNxK:bf16|fp32 (repeatable); default: the table's shapes")
+    p.add_argument("--reps", type=int, default=30)
+    p.add_argument("--sweep", action="store_true", help="time every candidate Config per shape (the table's, or --shape)")
+    p.add_argument("--json", help="with --sweep: write every timing here")
+    args = p.parse_args(argv)
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        print("needs a Hopper GPU (CUDA capability 9.0)")
+        return 2
+    shapes = SHAPES
+    if args.shape:
+        shapes = []
+        for spec in args.shape:
+            dims, _, c = spec.partition(":")
+            m, n, k = (int(d) for d in dims.split("x"))
+            shapes.append((spec, m, n, k, c or "bf16"))
+    import triton
+
+    print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}")
+    if args.sweep:
+        sweep(shapes, args.reps, args.json)
+        return 0
+    print("| step | M | N | K | C | cuBLAS ms | kernel ms | kernel / cuBLAS | floor ms (bytes / FLOPs) "
+          "| error vs float64 cuBLAS / kernel | deterministic | taken |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for shape in shapes:
+        r = row(*shape, reps=args.reps)
+        print(f"| {r['name']} | {r['m']} | {r['n']} | {r['k']} | {r['c']} | {r['cublas_ms']:.3f} | {r['kernel_ms']:.3f} | "
+              f"{r['ratio']:.3f} | {r['bandwidth_floor_ms']:.3f} / {r['compute_floor_ms']:.3f} | "
+              f"{r['cublas_error']:.1e} / {r['kernel_error']:.1e} | {'yes' if r['deterministic'] else 'NO'} | "
+              f"{'yes' if r['taken'] else 'no'} |", flush=True)
+        torch.cuda.empty_cache()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
