@@ -19,10 +19,10 @@ the data behind ``hopper_accumulate.DEFAULT``.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 
 import torch
+from accumulate_k import median_ms
 from flce_shapes import HEADS, liger_chunk
 
 # (name, M = vocabulary, N = hidden, K = a chunk's rows, C dtype): each head's steps in
@@ -93,21 +93,6 @@ def sweep(shapes, reps: int, json_path: str | None) -> None:
         if json_path:
             with open(json_path, "w") as f:
                 json.dump(dict(device=torch.cuda.get_device_name(), torch=torch.__version__, rows=results), f, indent=1)
-
-
-def median_ms(fn, reps: int, warmup: int = 3) -> float:
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
 
 
 def row(name: str, m: int, n: int, k: int, c_name: str, reps: int) -> dict:

@@ -110,13 +110,16 @@ def allocations(code: str, shape: tuple) -> int:
 def unavailable_features() -> set:
     """The features this environment lacks what they need for: ``chunk_order`` before
     torch 2.10, ``power_of_2_sizes``, ``triton_analysis`` and ``triton_analysis_cache``
-    without Triton.  Every other
-    feature applies."""
+    without Triton, ``accumulate_kernel`` without a Triton that has tensor descriptors.
+    Every other feature applies."""
     from inductor_addmm_fix.dynamo import power_of_2_sizes
+    from inductor_addmm_fix.inductor import hopper_accumulate
     from inductor_addmm_fix.inductor.passes import chunk_order
     from inductor_addmm_fix.triton_kernels import analysis
 
     lacking = set()
+    if hopper_accumulate.triton_supported() is not None:
+        lacking.add("accumulate_kernel")
     if not chunk_order.supported():
         lacking.add("chunk_order")
     if power_of_2_sizes.triton_next_power_of_2() is None:

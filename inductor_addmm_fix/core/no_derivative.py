@@ -18,21 +18,18 @@ autograd; its backward is ``inductor_addmm_fix::no_derivative``, an op that rais
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import torch
 
 from ..patching.declare import Decision, per_op, require
+from ..patching.ops import package_op
 from ..patching.probes import aten_op
 from ..patching.registry import Patch, PyKernel
 from .probes import FAMILY, has_no_derivative, has_out_dtype_overloads
 
-NAMESPACE = "inductor_addmm_fix"
 RETIRED_BY = "none yet: torch defines no derivative for the out_dtype overloads"
 _SCHEMA = "no_derivative(Tensor grad, SymInt[] size, ScalarType dtype, str op) -> Tensor"
-_lock = threading.Lock()
-_library: Any = None  # defined once per process and kept: compiled code may call it later
 
 #: op -> how to differentiate the same product
 CASTS = {
@@ -65,15 +62,7 @@ def _no_derivative_fake(grad, size, dtype, op):
 def no_derivative_op() -> torch._ops.OpOverload:
     """``torch.ops.inductor_addmm_fix.no_derivative.default``: the gradient of an input
     of ``op`` (its size and dtype while tracing); raises :func:`message` when run."""
-    global _library
-    with _lock:
-        if _library is None:
-            library = torch.library.Library(NAMESPACE, "FRAGMENT")
-            library.define(_SCHEMA)
-            library.impl("no_derivative", _no_derivative, "CompositeExplicitAutograd")
-            torch.library.register_fake(f"{NAMESPACE}::no_derivative", _no_derivative_fake, lib=library)
-            _library = library
-    return torch.ops.inductor_addmm_fix.no_derivative.default
+    return package_op("no_derivative", _SCHEMA, {"CompositeExplicitAutograd": _no_derivative}, fake=_no_derivative_fake)
 
 
 class _NoDerivative(torch.autograd.Function):

@@ -23,24 +23,22 @@ Upstream: none (a kernel of this package; cuBLAS has no overlapped ``beta = 1``)
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import torch
 
 from ..patching.counters import count
 from ..patching.declare import Decision, Unavailable, needed, require
+from ..patching.ops import package_op
 from ..patching.probes import takes_parameter
 from ..patching.registry import ABSENT, DictEntry, Patch
 from . import hopper_accumulate
-from .reinplace import NAMESPACE, addmm_dtype_eager, addmm_dtype_inplace, lower_addmm_, lower_addmm_dtype_
+from .reinplace import addmm_dtype_eager, addmm_dtype_inplace, lower_addmm_, lower_addmm_dtype_
 
 aten = torch.ops.aten
 NAME = "hopper_accumulate"  # counted as "<op>:hopper_accumulate"
 RETIRED_BY = "none: a kernel of this package (cuBLAS runs beta = 1 after the product)"
 _SCHEMA = "accumulate_(Tensor(a!) self, Tensor mat1, Tensor mat2) -> ()"
-_lock = threading.Lock()
-_library: Any = None  # defined once per process and kept: an op cannot be undefined safely
 
 
 def _accumulate_(self, mat1, mat2):
@@ -61,15 +59,7 @@ def _accumulate_fake(self, mat1, mat2):
 
 def accumulate_op() -> torch._ops.OpOverload:
     """``torch.ops.inductor_addmm_fix.accumulate_.default``, defined on first use."""
-    global _library
-    with _lock:
-        if _library is None:
-            library = torch.library.Library(NAMESPACE, "FRAGMENT")
-            library.define(_SCHEMA)
-            library.impl("accumulate_", _accumulate_, "CompositeExplicitAutograd")
-            library.impl("accumulate_", _accumulate_fake, "Meta")
-            _library = library
-    return torch.ops.inductor_addmm_fix.accumulate_.default
+    return package_op("accumulate_", _SCHEMA, {"CompositeExplicitAutograd": _accumulate_, "Meta": _accumulate_fake})
 
 
 def routes_here(self, mat1, mat2, beta: Any = 1, alpha: Any = 1) -> bool:

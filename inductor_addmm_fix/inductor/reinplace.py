@@ -23,7 +23,6 @@ Upstream: none yet (no in-place ``addmm.dtype`` exists in aten).
 from __future__ import annotations
 
 import functools
-import threading
 from typing import Any
 
 import torch
@@ -31,19 +30,17 @@ import torch
 from ..core.probes import eager_kernel_devices
 from ..patching.counters import count
 from ..patching.declare import Decision, PlanError, needed, not_needed, require
+from ..patching.ops import package_op
 from ..patching.probes import aten_op, inductor_lowering, takes_parameter
 from ..patching.registry import DictEntry, Patch
 
 aten = torch.ops.aten
-NAMESPACE = "inductor_addmm_fix"
 ACCUMULATE_IN_PLACE = "accumulate_in_place"  # counted as "<op>:accumulate_in_place"
 RETIRED_BY = "none yet: Inductor's reinplace pass has no addmm entries (torch 2.15)"
 _SCHEMA = (
     "addmm_dtype_(Tensor(a!) self, Tensor mat1, Tensor mat2, ScalarType out_dtype, *, "
     "Scalar beta=1, Scalar alpha=1) -> Tensor(a!)"
 )
-_lock = threading.Lock()
-_library: Any = None  # defined once per process and kept: an op cannot be undefined safely
 
 
 def addmm_dtype_eager(self, mat1, mat2, out_dtype, *, beta=1, alpha=1):
@@ -133,15 +130,7 @@ def _addmm_dtype_meta(self, mat1, mat2, out_dtype, *, beta=1, alpha=1):
 
 def addmm_dtype_inplace() -> torch._ops.OpOverload:
     """``torch.ops.inductor_addmm_fix.addmm_dtype_.default``, defined on first use."""
-    global _library
-    with _lock:
-        if _library is None:
-            library = torch.library.Library(NAMESPACE, "DEF")
-            library.define(_SCHEMA)
-            library.impl("addmm_dtype_", addmm_dtype_eager, "CompositeExplicitAutograd")
-            library.impl("addmm_dtype_", _addmm_dtype_meta, "Meta")
-            _library = library
-    return torch.ops.inductor_addmm_fix.addmm_dtype_.default
+    return package_op("addmm_dtype_", _SCHEMA, {"CompositeExplicitAutograd": addmm_dtype_eager, "Meta": _addmm_dtype_meta})
 
 
 _FILLS = {"full", "zeros", "zeros_like", "full_like", "new_zeros", "new_full", "scalar_tensor"}
