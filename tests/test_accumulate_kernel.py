@@ -47,9 +47,17 @@ def feature_on(monkeypatch):
 
 
 @pytest.fixture
-def on_hopper(monkeypatch, feature_on):
-    """The lowering takes this CPU for a Hopper GPU."""
-    monkeypatch.setattr(hopper_accumulate, "on_hopper", lambda device: True)
+def hopper_sizes(monkeypatch, feature_on):
+    """The lowering takes this CPU for a Hopper GPU, sizes as the kernel takes them; at
+    run time the op sees the CPU as it is (the kernel's fallback runs)."""
+    monkeypatch.setattr(accumulate_kernel, "on_hopper", lambda device: True)
+
+
+@pytest.fixture
+def on_hopper(monkeypatch, hopper_sizes):
+    """The lowering takes this CPU for a Hopper GPU, and the tests' small accumulators
+    for ones the kernel takes."""
+    monkeypatch.setattr(accumulate_kernel, "sizes_supported", lambda *sizes: True)
 
 
 def operands(dtype=torch.bfloat16):
@@ -138,6 +146,25 @@ def test_a_chain_on_hopper_runs_the_accumulate_op_in_place(on_hopper, out_dtype)
     assert compiled.result is buf
     assert allocations(compiled.code, (V, H)) == 0  # no copy of the accumulator
     assert relative_error(buf, start, g, x) < (1e-6 if out_dtype else 1e-2)
+
+
+def test_a_chain_too_small_for_the_kernel_keeps_reinplace_s_lowering(hopper_sizes):
+    g, x = operands()
+    compiled = compile_and_run(lambda b, g, x: chunks(b, g, x, out_dtype=torch.float32), torch.zeros(V, H), g, x)
+    assert "addmm.dtype:hopper_accumulate" not in compiled.counts, compiled.counts
+    assert compiled.counts.get("addmm.dtype:accumulate_in_place") == BT // CHUNK, compiled.counts
+    assert "accumulate_" not in compiled.code
+
+
+def test_a_chain_with_symbolic_sizes_leaves_the_choice_to_each_call(hopper_sizes):
+    """Sizes unknown when compiling: the op decides at run time (here, too small for the
+    kernel: the fallback runs, and the result is right)."""
+    g, x = operands()
+    start = torch.randn(V, H)
+    buf = start.clone()
+    compiled = compile_and_run(lambda b, g, x: chunks(b, g, x, out_dtype=torch.float32), buf, g, x, dynamic=True)
+    assert compiled.counts.get("addmm.dtype:hopper_accumulate") == BT // CHUNK, compiled.counts
+    assert relative_error(buf, start, g, x) < 1e-6
 
 
 def test_a_chain_off_hopper_keeps_reinplace_s_lowering(feature_on):

@@ -10,7 +10,8 @@ it with the product.
 This module wraps the lowerings of the two in-place ops (``inductor_addmm_fix::addmm_dtype_``
 and ``aten.addmm_``) that ``reinplace`` registers: a step on a GPU of capability 9.0 with
 bf16/fp16 operands and ``beta = alpha = 1`` becomes a call of
-``inductor_addmm_fix::accumulate_``, which at run time takes the kernel where
+``inductor_addmm_fix::accumulate_`` (where its sizes are known, only if the kernel takes
+them), which at run time takes the kernel where
 :func:`.hopper_accumulate.supports` says so (layouts, alignment, sizes where it measured
 faster) and cuBLAS otherwise, the call ``reinplace`` would have made (also for the rest
 of the process once the kernel failed to build or launch, with one warning).  Every other
@@ -33,6 +34,7 @@ from ..patching.ops import package_op
 from ..patching.probes import takes_parameter
 from ..patching.registry import ABSENT, DictEntry, Patch
 from . import hopper_accumulate
+from .hopper_accumulate import dtypes_supported, on_hopper, sizes_supported
 from .reinplace import addmm_dtype_eager, addmm_dtype_inplace, lower_addmm_, lower_addmm_dtype_
 
 aten = torch.ops.aten
@@ -63,21 +65,29 @@ def accumulate_op() -> torch._ops.OpOverload:
 
 
 def routes_here(self, mat1, mat2, beta: Any = 1, alpha: Any = 1) -> bool:
-    """Whether a step lowers to ``accumulate_`` (IR nodes; sizes and layouts are
-    checked at run time)."""
+    """Whether a step lowers to ``accumulate_`` (IR nodes): on a Hopper GPU, with dtypes
+    the kernel takes, and sizes it takes where they are known now (symbolic sizes, and
+    layouts and alignment, are checked at run time)."""
     if beta != 1 or alpha != 1:
         return False
     device = self.get_device()
-    if device is None or not hopper_accumulate.on_hopper(device):
+    if device is None or not on_hopper(device):
         return False
-    return hopper_accumulate.dtypes_supported(self.get_dtype(), mat1.get_dtype(), mat2.get_dtype())
+    if not dtypes_supported(self.get_dtype(), mat1.get_dtype(), mat2.get_dtype()):
+        return False
+    try:
+        m, k = (int(size) for size in mat1.get_size())
+        n = int(mat2.get_size()[-1])
+    except TypeError:  # a symbolic size: the call decides
+        return True
+    return sizes_supported(self.get_dtype(), m, n, k)
 
 
 def lowering_over(op: torch._ops.OpOverload, what: str, stock: Any) -> Any:
     """A lowering of the in-place ``op`` that routes supported steps to ``accumulate_``
-    and calls ``stock`` (the lowering it wraps, kept in ``.stock``) for the rest: where
-    nothing is under it any more (``reinplace`` rolled back, then applied again over it),
-    reinplace's own lowering."""
+    and calls ``stock`` (the lowering it wraps, kept in ``.stock``) for the rest, or
+    reinplace's own lowering where nothing is under it (``reinplace`` rolled back under
+    it: the installer rolls this feature back with it)."""
     from torch._inductor import lowering as L
 
     from .lowerings import as_registered_lowering

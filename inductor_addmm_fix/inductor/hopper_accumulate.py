@@ -93,6 +93,11 @@ def _aligned(t: torch.Tensor) -> bool:
     return t.data_ptr() % 16 == 0 and (t.stride(0) * t.element_size()) % 16 == 0
 
 
+def sizes_supported(c_dtype: torch.dtype, m: int, n: int, k: int) -> bool:
+    """Whether it takes a step of these sizes (C ``[m, n]``, ``k`` rows) into a C of this dtype."""
+    return m * n >= MIN_ELEMENTS and 1 <= k <= max_k(c_dtype, m * n)
+
+
 def supports(c: torch.Tensor, a: torch.Tensor, b: torch.Tensor, beta: Any = 1, alpha: Any = 1) -> bool:
     """Whether :func:`accumulate` takes ``c += a @ b`` (``c = beta * c + alpha * a @ b``)."""
     if beta != 1 or alpha != 1 or c.dim() != 2 or a.dim() != 2 or b.dim() != 2:
@@ -100,7 +105,7 @@ def supports(c: torch.Tensor, a: torch.Tensor, b: torch.Tensor, beta: Any = 1, a
     if not dtypes_supported(c.dtype, a.dtype, b.dtype) or not (c.device == a.device == b.device):
         return False
     (m, k), (k2, n) = a.shape, b.shape
-    if k2 != k or tuple(c.shape) != (m, n) or m * n < MIN_ELEMENTS or not 1 <= k <= max_k(c.dtype, m * n):
+    if k2 != k or tuple(c.shape) != (m, n) or not sizes_supported(c.dtype, m, n, k):
         return False
     g = a.t()
     if not (g.is_contiguous() and b.is_contiguous() and c.is_contiguous()):
