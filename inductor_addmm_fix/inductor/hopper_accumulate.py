@@ -7,8 +7,8 @@ cuBLAS runs ``beta = 1`` as the product followed by a pass over C, one after the
 The kernel here adds C into each tile of the product in its epilogue (C's tile read by
 TMA), with tiles small enough that three programs run on each multiprocessor, so one
 tile's epilogue overlaps the others' products.  On an H200 (``benchmarks/accumulate_kernel.py``,
-docs/gpu-results.md): 0.66-0.97x cuBLAS's time where :func:`supports` takes a step, e.g.
-Gemma-2's bf16 C at K = 128 0.74x, Llama-3's fp32 C at K = 256 0.79x; where the product
+docs/gpu-results.md): 0.65-0.97x cuBLAS's time where :func:`supports` takes a step, e.g.
+Gemma-2's bf16 C at K = 128 0.74x, Llama-3's fp32 C at K = 256 0.76-0.79x; where the product
 dominates (K of 512 rows and more into bf16, 1024 into fp32) or C is small, cuBLAS is
 as fast or faster and keeps the step.  Of the tilings swept (``--sweep``: tile shapes,
 warps, stages; persistent grids too), :data:`DEFAULT` was the fastest on 28 of the 40
