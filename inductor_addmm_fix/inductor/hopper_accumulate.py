@@ -10,9 +10,10 @@ tile's epilogue overlaps the others' products.  On an H200 (``benchmarks/accumul
 docs/gpu-results.md): 0.65-0.97x cuBLAS's time where :func:`supports` takes a step, e.g.
 Gemma-2's bf16 C at K = 128 0.74x, Llama-3's fp32 C at K = 256 0.76-0.79x; where the product
 dominates (K of 512 rows and more into bf16, 1024 into fp32) or C is small, cuBLAS is
-as fast or faster and keeps the step.  Of the tilings swept (``--sweep``: tile shapes,
-warps, stages; persistent grids too), :data:`DEFAULT` was the fastest on 28 of the 40
-steps measured and within 3% of the fastest on 36.
+as fast or faster and keeps the step.  Of the 26 tilings and grids measured (tile shapes,
+warps, stages, and persistent grids: docs/gpu-results.md; ``--sweep`` times the
+tilings), :data:`DEFAULT` was the fastest on 28 of the 40 steps and within 3% of the
+fastest on 36.
 
 :func:`supports` says which calls it takes: CUDA capability 9.0, bf16/fp16 operands with
 an accumulator of their dtype or fp32, ``A`` the transpose of a row-major ``[K, M]``
