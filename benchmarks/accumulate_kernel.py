@@ -54,6 +54,16 @@ def label(config) -> str:
     return f"{config.block_m}x{config.block_n}x{config.block_k} w{config.warps} s{config.stages}"
 
 
+def step_operands(m: int, n: int, k: int, c_name: str) -> tuple:
+    """(g, x, C, cublas): one FLCE step's random operands (g ``[k, m]``, x ``[k, n]`` in
+    bf16, C ``[m, n]`` in ``c_name``), and ``cublas(C)``, the step on cuBLAS into C."""
+    dtype = DTYPES[c_name]
+    g = torch.randn(k, m, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+    kw = {"out_dtype": torch.float32} if dtype == torch.float32 else {}
+    return g, x, torch.randn(m, n, device="cuda", dtype=dtype), lambda c: torch.addmm(c, g.t(), x, out=c, **kw)
+
+
 def sweep(shapes, reps: int, json_path: str | None) -> None:
     """Per shape: cuBLAS, then each candidate (ms, ratio), best first."""
     import json
@@ -62,12 +72,8 @@ def sweep(shapes, reps: int, json_path: str | None) -> None:
 
     results = []
     for name, m, n, k, c_name in shapes:
-        dtype = DTYPES[c_name]
-        g = torch.randn(k, m, device="cuda", dtype=torch.bfloat16)
-        x = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
-        c = torch.randn(m, n, device="cuda", dtype=dtype)
-        kw = {"out_dtype": torch.float32} if dtype == torch.float32 else {}
-        t_cublas = median_ms(lambda: torch.addmm(c, g.t(), x, out=c, **kw), reps)
+        g, x, c, cublas = step_operands(m, n, k, c_name)
+        t_cublas = median_ms(lambda: cublas(c), reps)
         timed = []
         for config in candidates():
             try:
@@ -98,18 +104,14 @@ def sweep(shapes, reps: int, json_path: str | None) -> None:
 def row(name: str, m: int, n: int, k: int, c_name: str, reps: int) -> dict:
     from inductor_addmm_fix.inductor import hopper_accumulate
 
-    dtype = DTYPES[c_name]
-    g = torch.randn(k, m, device="cuda", dtype=torch.bfloat16)
-    x = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
-    start = torch.randn(m, n, device="cuda", dtype=dtype)
-    kw = {"out_dtype": torch.float32} if dtype == torch.float32 else {}
+    g, x, start, cublas_step = step_operands(m, n, k, c_name)
     want = start.double().addmm_(g.t().double(), x.double())
 
     def error(c):
         return ((c.double() - want).norm() / want.norm()).item()
 
     cublas, ours = start.clone(), start.clone()
-    torch.addmm(cublas, g.t(), x, out=cublas, **kw)
+    cublas_step(cublas)
     hopper_accumulate.accumulate(ours, g.t(), x)
     again = start.clone()
     hopper_accumulate.accumulate(again, g.t(), x)
@@ -117,7 +119,7 @@ def row(name: str, m: int, n: int, k: int, c_name: str, reps: int) -> dict:
     errors = (error(cublas), error(ours))
     del want, again, ours
     c = start
-    t_cublas = median_ms(lambda: torch.addmm(c, g.t(), x, out=c, **kw), reps)
+    t_cublas = median_ms(lambda: cublas_step(c), reps)
     t_ours = median_ms(lambda: hopper_accumulate.accumulate(c, g.t(), x), reps)
     bandwidth = (2 * m * n * c.element_size() + k * m * 2 + k * n * 2) / 4.3e12 * 1e3
     compute = 2 * m * n * k / 773e12 * 1e3

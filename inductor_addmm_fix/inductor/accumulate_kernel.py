@@ -124,7 +124,7 @@ def plan() -> list[Decision]:
         raise Unavailable(f"needs {missing}")
     ops = [(addmm_dtype_inplace(), "addmm.dtype"), (aten.addmm_.default, "addmm")]
     if any(lowerings.get(op, ABSENT) is ABSENT for op, _ in ops):
-        raise Unavailable("no in-place accumulate is lowered (the reinplace feature is off)")
+        raise Unavailable("no lowering of the in-place accumulates to wrap (reinplace registers them)")
     accumulate_op()
     reason = (
         "cuBLAS adds the accumulator after the product (beta = 1); for a chunk's few rows that pass "
