@@ -16,6 +16,7 @@ pytestmark = pytest.mark.skipif(
 
 # (M, N, K): tile multiples; M, N, K off the tile (128, 128, 64); K = 1; one tile.
 EDGES = [(1024, 512, 256), (1000, 136, 70), (2056, 904, 300), (512, 256, 1), (128, 128, 64), (8, 8, 8)]
+GEMMA = (256000, 2304, 128)  # Gemma-2's head (V, H) at 8192 tokens, chunks of 128 rows
 
 
 def step(m, n, k, c_dtype):
@@ -54,19 +55,25 @@ def test_the_kernel_is_deterministic():
 @pytest.mark.parametrize("c_dtype", [torch.float32, torch.bfloat16], ids=["fp32 C", "bf16 C"])
 def test_liger_s_step_is_taken(c_dtype):
     assert hopper_accumulate.supports(*step(128256, 4096, 256, c_dtype))
-    assert hopper_accumulate.supports(*step(256000, 2304, 128, c_dtype))
+    assert hopper_accumulate.supports(*step(*GEMMA, c_dtype))
+
+
+def gemma_chain(chunks: int, out_dtype):
+    """Gemma-2's head at 128 rows a chunk: (start, grad logits, x, kwargs)."""
+    m, n, k = GEMMA
+    g = torch.randn(k * chunks, m, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(k * chunks, n, device="cuda", dtype=torch.bfloat16)
+    start = torch.randn(m, n, device="cuda", dtype=out_dtype or torch.bfloat16)
+    return start, g, x, ({"out_dtype": out_dtype} if out_dtype else {})
 
 
 @pytest.mark.features("-accumulate_pairs")
 @pytest.mark.parametrize("out_dtype", [torch.float32, None], ids=["fp32 accumulator", "bf16 accumulator"])
 def test_a_compiled_chain_of_liger_s_shapes_runs_the_kernel_in_place(out_dtype):
     """Gemma-2's head at 8192 tokens, chunks of 128 rows (four of them)."""
-    m, n, k, chunks = 256000, 2304, 128, 4
-    g = torch.randn(k * chunks, m, device="cuda", dtype=torch.bfloat16)
-    x = torch.randn(k * chunks, n, device="cuda", dtype=torch.bfloat16)
-    start = torch.randn(m, n, device="cuda", dtype=out_dtype or torch.bfloat16)
+    (m, n, k), chunks = GEMMA, 4
+    start, g, x, kwargs = gemma_chain(chunks, out_dtype)
     buf = start.clone()
-    kwargs = {"out_dtype": out_dtype} if out_dtype else {}
     before = hopper_accumulate.runs["kernel"]
     compiled = compile_and_run(lambda b, g, x: accumulate_in_chunks(b, g, x, k, **kwargs), buf, g, x)
     assert hopper_accumulate.runs["kernel"] - before == chunks
@@ -78,23 +85,11 @@ def test_a_compiled_chain_of_liger_s_shapes_runs_the_kernel_in_place(out_dtype):
 
 @pytest.mark.features("-accumulate_pairs,-accumulate_kernel")
 def test_with_the_feature_off_cublas_runs_the_chain():
-    m, n, k = 256000, 2304, 128
-    g = torch.randn(2 * k, m, device="cuda", dtype=torch.bfloat16)
-    x = torch.randn(2 * k, n, device="cuda", dtype=torch.bfloat16)
+    start, g, x, kwargs = gemma_chain(2, torch.float32)
     before = hopper_accumulate.runs["kernel"]
-    compiled = compile_and_run(lambda b, g, x: accumulate_in_chunks(b, g, x, k, out_dtype=torch.float32),
-                               torch.zeros(m, n, device="cuda"), g, x)
+    compiled = compile_and_run(lambda b, g, x: accumulate_in_chunks(b, g, x, GEMMA[2], **kwargs), start, g, x)
     assert hopper_accumulate.runs["kernel"] == before
     assert "addmm.dtype:hopper_accumulate" not in compiled.counts
-
-
-def gemma_chain(chunks: int, out_dtype):
-    """Gemma-2's head at 128 rows a chunk: (start, grad logits, x, kwargs)."""
-    m, n, k = 256000, 2304, 128
-    g = torch.randn(k * chunks, m, device="cuda", dtype=torch.bfloat16)
-    x = torch.randn(k * chunks, n, device="cuda", dtype=torch.bfloat16)
-    start = torch.randn(m, n, device="cuda", dtype=out_dtype or torch.bfloat16)
-    return start, g, x, ({"out_dtype": out_dtype} if out_dtype else {})
 
 
 @pytest.mark.features("-accumulate_pairs")
@@ -108,7 +103,7 @@ def test_a_chain_in_a_cuda_graph_runs_the_kernel_at_each_replay():
 
     def chain(g, x):
         grad_weight = torch.zeros(g.shape[1], x.shape[1], device="cuda", dtype=torch.float32)
-        return accumulate_in_chunks(grad_weight, g, x, 128, **kwargs)
+        return accumulate_in_chunks(grad_weight, g, x, GEMMA[2], **kwargs)
 
     torch._dynamo.reset()
     counters["inductor"].clear()
@@ -131,9 +126,9 @@ def test_a_chain_with_symbolic_sizes_runs_the_kernel(out_dtype):
     start, g, x, kwargs = gemma_chain(3, out_dtype)
     buf = start.clone()
     before = hopper_accumulate.runs["kernel"]
-    compiled = compile_and_run(lambda b, g, x: accumulate_in_chunks(b, g, x, 128, **kwargs), buf, g, x, dynamic=True)
+    compiled = compile_and_run(lambda b, g, x: accumulate_in_chunks(b, g, x, GEMMA[2], **kwargs), buf, g, x, dynamic=True)
     assert hopper_accumulate.runs["kernel"] - before == 3
     assert compiled.result is buf
     eager = start.clone()
-    accumulate_in_chunks(eager, g, x, 128, **kwargs)
+    accumulate_in_chunks(eager, g, x, GEMMA[2], **kwargs)
     assert error(buf, start, g.t(), x) <= 1.05 * error(eager, start, g.t(), x) + 1e-7
