@@ -27,15 +27,19 @@ from __future__ import annotations
 class Feature:
     """A feature: its name and the modules that make it up."""
 
-    __slots__ = ("name", "core", "inductor", "self_tests", "machinery", "needs")
+    __slots__ = ("name", "core", "inductor", "self_tests", "machinery", "needs", "idle_here")
 
-    def __init__(self, name, *, core=(), inductor=(), self_tests=None, machinery=("cache_key",), needs=()):
+    def __init__(self, name, *, core=(), inductor=(), self_tests=None, machinery=("cache_key",), needs=(),
+                 idle_here=None):
         self.name = name
         self.needs = tuple(needs)  # features it builds on (earlier in the table): off while one of them is
         self.core = tuple(core)  # patch modules of torch core, in the order they plan
         self.inductor = tuple(inductor)  # patch modules of Inductor, in the order they plan
         self.self_tests = dict(self_tests or {})  # stage -> "module:function" run once it applied
         self.machinery = tuple(machinery)  # shared machinery it needs (keys of MACHINERY)
+        # "module:function" for a feature that acts on some hardware only: None where it
+        # can act in this process, else why not (the status shows it beside "applied")
+        self.idle_here = idle_here
 
     def __repr__(self) -> str:
         return f"Feature({self.name!r})"
@@ -52,7 +56,12 @@ FEATURE_TABLE = (
     # Accumulation chains (addmm(acc, ..., out=acc)) run in place, as in eager.
     Feature("reinplace", inductor=("inductor.reinplace",)),
     # In-place accumulates on Hopper GPUs run the package's kernel where it beats cuBLAS.
-    Feature("accumulate_kernel", inductor=("inductor.accumulate_kernel",), needs=("reinplace",)),
+    Feature(
+        "accumulate_kernel",
+        inductor=("inductor.accumulate_kernel",),
+        needs=("reinplace",),
+        idle_here="inductor.hopper_accumulate:idle_here",
+    ),
     # as_strided of a slice of an unrealized buffer reads the buffer's storage, as in eager.
     Feature("views", inductor=("inductor.views",), self_tests={"inductor": "inductor.views:self_test"}),
     # Chunked writes into slices of one buffer write only their slice (post-grad pass).

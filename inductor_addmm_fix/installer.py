@@ -180,12 +180,29 @@ def _applied_at(name: str, stage: str) -> bool:
     return stage in applied.stages or not getattr(F.BY_NAME[name], stage)
 
 
-def _run(target: str) -> None:
-    """Call ``"module:function"`` of this package (a self-test)."""
+def _run(target: str):
+    """Call ``"module:function"`` of this package (a self-test, a feature's idle_here)."""
     import importlib
 
     module, function = target.split(":")
-    getattr(importlib.import_module(f"{__package__}.{module}"), function)()
+    return getattr(importlib.import_module(f"{__package__}.{module}"), function)()
+
+
+def idle_here() -> dict[str, str]:
+    """The applied features that cannot act in this process (a kernel for hardware not
+    present), each with why."""
+    idle = {}
+    for name, state in status().features.items():
+        target = F.BY_NAME[name].idle_here
+        if state != "applied" or target is None:
+            continue
+        try:
+            why = _run(target)
+        except Exception as error:  # a status never raises for it
+            why = f"cannot tell ({type(error).__name__}: {error})"
+        if why:
+            idle[name] = why
+    return idle
 
 
 def _restore(applied: _Applied) -> None:

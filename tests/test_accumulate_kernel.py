@@ -175,6 +175,25 @@ def test_a_chain_off_hopper_keeps_reinplace_s_lowering(feature_on):
     assert "accumulate_" not in compiled.code
 
 
+def test_its_status_off_hopper_says_it_is_idle_here(feature_on, capsys):
+    from inductor_addmm_fix import cli
+
+    assert cli.main([]) == 0
+    line = next(l for l in capsys.readouterr().out.splitlines() if l.startswith("  accumulate_kernel "))
+    assert line.endswith("applied (1 patch); idle: no Hopper GPU here (CUDA capability 9.0)"), line
+
+
+def test_its_status_with_a_hopper_gpu_says_only_applied(feature_on, monkeypatch):
+    from inductor_addmm_fix import installer
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(hopper_accumulate, "_capability", lambda index: (8, 0) if index == 0 else (9, 0))
+    assert "accumulate_kernel" not in installer.idle_here()
+    monkeypatch.setattr(hopper_accumulate, "_capability", lambda index: (8, 0))
+    assert installer.idle_here()["accumulate_kernel"] == "no Hopper GPU here (CUDA capability 9.0)"
+
+
 def test_a_scaled_step_keeps_reinplace_s_lowering(on_hopper):
     g, x = operands()
     compiled = compile_and_run(

@@ -75,6 +75,7 @@ def test_status_json_in_any_position_is_complete(capsys, argv):
     assert set(report["routes"]) == {"INDUCTOR_ADDMM_FIX", "torch.backends entry point", ".pth start-up line",
                                      "fresh interpreters"}
     assert "git_revision" in report
+    assert set(report["idle_here"]) <= {name for name, state in report["features"].items() if state == "applied"}
 
 
 def test_status_with_the_switch_off_says_so_and_exits_1():
