@@ -1,0 +1,66 @@
+"""A program that does not use the package's ops compiles as it does on stock torch:
+PyTorch's own samples (the OpInfo database of ``torch.testing``) of the ops that the
+package's lowerings, decompositions and passes look at, compiled with and without the
+package, static and dynamic, gradients included, give the same bits
+(``scripts/opinfo_parity.py``; its run over every op: docs/stock-parity.md)."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "opinfo_parity.py"
+
+#: The ops whose graphs the package's lowerings, decompositions and passes inspect: the
+#: matmul family and the ops that write or view slices of a buffer.
+LOOKED_AT = (
+    r"^(mm|bmm|addmm|baddbmm|addbmm|addmv|matmul|nn\.functional\.linear|"
+    r"as_strided|as_strided_scatter|slice_scatter|narrow|cat|index_put|index_copy)$"
+)
+
+
+def parity():
+    spec = importlib.util.spec_from_file_location("opinfo_parity", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(
+    "a, b",
+    [
+        (torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.0 + 2**-20])),  # one bit of one element
+        (torch.tensor([float("nan"), 1.0]), torch.tensor([1.0, float("nan")])),  # NaNs elsewhere
+        (torch.tensor([0.0]), torch.tensor([-0.0])),  # the sign of a zero
+        (torch.zeros(2, 3), torch.zeros(3, 2).t()),  # the same values, other strides
+        (torch.zeros(2, dtype=torch.float64), torch.zeros(2)),  # another dtype
+        (torch.tensor([1 + 1j]), torch.tensor([1 - 1j])),  # the imaginary part
+    ],
+    ids=["one-bit", "nan-elsewhere", "signed-zero", "strides", "dtype", "imaginary"],
+)
+def test_the_comparison_tells_results_apart(a, b):
+    assert not parity().same_bits([a], [b])
+
+
+def test_the_comparison_takes_equal_results_and_nans_in_the_same_places():
+    a = torch.tensor([float("nan"), -0.0, 3.0], dtype=torch.bfloat16)
+    assert parity().same_bits([a], [a.clone()])
+
+
+@pytest.mark.slow
+def test_pytorch_s_samples_of_the_ops_the_package_looks_at_compile_as_on_stock_torch(tmp_path):
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), "--ops", LOOKED_AT, "--samples", "0", "--grad", "--jobs", "2",
+         "--out", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=1800,
+    )
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    cases = int(re.search(r"^(\d+) cases: ", result.stdout, re.M).group(1))
+    assert cases >= 100, result.stdout  # every sample of each op, not a filter that matched nothing
