@@ -33,8 +33,7 @@ from pathlib import Path
 
 
 def describe(error: BaseException) -> str:
-    """An exception as ``Type: first line``, with the wrapping of Dynamo and Inductor
-    removed (their messages embed the inner exception's)."""
+    """An exception as ``Type: its first non-empty line`` (at most 300 characters)."""
     line = next((s for s in str(error).splitlines() if s.strip()), "")
     return f"{type(error).__name__}: {line[:300]}"
 
@@ -111,13 +110,18 @@ def run_case(op, sample, mode: str, grad: bool, package) -> dict:
 
     call, fresh_args = case_function(op, sample, grad)
     arms = {}
-    for arm in ("package", "stock"):
-        package.install() if arm == "package" else package.uninstall()
-        torch._dynamo.reset()
-        compiled = torch.compile(call, backend="inductor", dynamic=(mode == "dynamic"))
-        torch.manual_seed(0)
-        arms[arm] = outcome(compiled, fresh_args())
-    package.install()
+    try:
+        for arm in ("package", "stock"):
+            if arm == "package":
+                package.install()
+            else:
+                package.uninstall()
+            torch._dynamo.reset()
+            compiled = torch.compile(call, backend="inductor", dynamic=(mode == "dynamic"))
+            torch.manual_seed(0)
+            arms[arm] = outcome(compiled, fresh_args())
+    finally:
+        package.install()  # the next case starts from the package installed, whatever happened here
     (p_kind, p_val), (s_kind, s_val) = arms["package"], arms["stock"]
     if p_kind == s_kind == "ok":
         verdict = "same" if same_bits(p_val, s_val, values=op.name not in UNINITIALIZED) else "different bits"
@@ -141,6 +145,9 @@ def worker(args) -> None:
     import inductor_addmm_fix as package
     from torch.testing._internal.common_methods_invocations import op_db
 
+    package.install()
+    if not package.is_installed():
+        raise SystemExit(f"the package does not install in this process:\n{package.status()}")
     inductor_config.force_disable_caches = True
     inductor_config.fallback_random = True
     torch._dynamo.config.cache_size_limit = 64
