@@ -7,7 +7,8 @@ that does not use its ops; a program that does gets stock's failure replaced by 
 
     python scripts/opinfo_parity.py                       # every op, CPU, float32
     python scripts/opinfo_parity.py --device cuda --dtype bfloat16 --jobs 4
-    python scripts/opinfo_parity.py --ops 'mm|addmm|bmm|linear|matmul' --samples 0 --grad
+    python scripts/opinfo_parity.py --ops looked-at --samples 0 --grad   # what the slow tests run
+    python scripts/opinfo_parity.py --ops 'mm|addmm|bmm|linear|matmul' --samples 0
     python scripts/opinfo_parity.py --modes static dynamic --jobs 2 --out /tmp/parity
 
 Each case: one sample input of one op, compiled with ``torch.compile(backend="inductor",
@@ -49,6 +50,13 @@ def outcome(fn, args):
     tensors = [t.detach() for t in torch.utils._pytree.tree_leaves(result) if isinstance(t, torch.Tensor)]
     return "ok", tensors
 
+
+#: ``--ops looked-at``: the ops whose graphs the package's lowerings, decompositions and
+#: passes inspect: the matmul family and the ops that write or view slices of a buffer.
+LOOKED_AT = (
+    r"^(mm|bmm|addmm|baddbmm|addbmm|addmv|matmul|nn\.functional\.linear|"
+    r"as_strided|as_strided_scatter|slice_scatter|narrow|cat|index_put|index_copy)$"
+)
 
 #: Ops whose result is uninitialized memory: only shape, dtype and strides are compared.
 UNINITIALIZED = frozenset({"empty", "empty_like", "empty_strided", "empty_permuted", "new_empty", "new_empty_strided"})
@@ -151,7 +159,7 @@ def worker(args) -> None:
     inductor_config.force_disable_caches = True
     inductor_config.fallback_random = True
     torch._dynamo.config.cache_size_limit = 64
-    pattern = re.compile(args.ops) if args.ops else None
+    pattern = re.compile(LOOKED_AT if args.ops == "looked-at" else args.ops) if args.ops else None
     ops = [o for o in op_db if (pattern is None or pattern.search(o.name))]
     ops = [o for i, o in enumerate(ops) if i % args.jobs == args.job]
     dtype = getattr(torch, args.dtype)
@@ -199,7 +207,7 @@ def summarize(out: Path) -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--ops", help="regular expression on the OpInfo names (default: all)")
+    parser.add_argument("--ops", help="regular expression on the OpInfo names, or looked-at (default: all)")
     parser.add_argument("--samples", type=int, default=1, help="samples per op (0: all; default 1)")
     parser.add_argument("--modes", nargs="+", default=["static", "dynamic"], choices=["static", "dynamic"])
     parser.add_argument("--dtype", default="float32")

@@ -2,11 +2,13 @@
 # Runs the GPU checks on the device machine (H200, torch 2.11) in one call and
 # writes logs and a summary under $OUT.  Usage (from the repo root):
 #   bash tests/gpu/run_on_device.sh [family] [errors] [repro] [liger085] [jsdkl085] [weights085] [modes085] [liger081]
-#                                   [accumulate] [loop] [ligersuite] [name='shell command'...]
+#                                   [accumulate] [parity] [loop] [ligersuite] [name='shell command'...]
 # The device allows 600 s a call: pick steps that fit.  Steps of one call may run side by
 # side with OUT=<a folder of their own> each (the summary is per OUT).
 #   accumulate  tests/gpu/test_accumulate_kernel_cuda.py: the Hopper accumulate kernel against cuBLAS and
 #               float64, compiled chains through it (CUDA graphs, symbolic sizes)
+#   parity      scripts/opinfo_parity.py on CUDA: PyTorch's samples of the matmul family, slices and views
+#               (bf16, every sample, static and dynamic, gradients) with and without the package
 #   loop        tests/gpu/test_liger_training_loop.py over $LOOP_WORKERS workers (pytest-xdist,
 #               default 6); one JSON line per case in $OUT/loop.jsonl (python scripts/loop_table.py
 #               renders it); LOOP_FEATURES=<spec> runs it with those features (e.g. -accumulate_pairs)
@@ -67,6 +69,10 @@ for what in "$@"; do
       rm -rf /tmp/liger-src && mkdir -p /tmp/liger-src && tar xzf .whl/liger_kernel-0.8.5.tar.gz -C /tmp/liger-src --strip-components=1
       (cd /tmp/liger-src && PYTHONPATH="$OLDPWD:$OLDPWD/tests/gpu:/tmp/site-0.8.5:/tmp/liger-src" step ligersuite ${LIGER_TIMEOUT:-560} python3 -m pytest -q -p no:cacheprovider -n ${LIGER_WORKERS:-4} -p liger_compiled_plugin -rfE --timeout 200 test/transformers/test_fused_linear_cross_entropy.py --tb=short) ;;
     accumulate) step accumulate 300 python3 -m pytest -q -p no:cacheprovider -rA tests/gpu/test_accumulate_kernel_cuda.py --tb=short ;;
+    parity)  # torch's OpInfo database imports expecttest: carry its wheel in .whl/
+      [ -d /tmp/site-expecttest ] || python3 -m pip install -q --no-index --no-deps --target /tmp/site-expecttest .whl/expecttest-*.whl
+      PYTHONPATH="$PYTHONPATH:/tmp/site-expecttest" step parity ${PARITY_TIMEOUT:-540} python3 scripts/opinfo_parity.py --device cuda \
+        --dtype bfloat16 --ops looked-at --samples 0 --grad --jobs ${PARITY_JOBS:-8} --out "$OUT/parity" ;;
     errors) step error-parity 150 python3 -m pytest -q -s -p no:cacheprovider -rA tests/gpu/test_error_parity_cuda.py --tb=short ;;
     liger085) install_liger 0.8.5
       PYTHONPATH="$PYTHONPATH:/tmp/site-0.8.5" step liger-0.8.5 420 python3 -m pytest -q -s -p no:cacheprovider -rA tests/gpu/test_liger_flce.py -m "not class_weights" -k "not compile_modes" --tb=short ;;
