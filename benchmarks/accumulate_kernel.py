@@ -41,22 +41,17 @@ DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
 
 def candidates():
-    """The Configs --sweep times: tilings with C added after the product, and the first
-    four with C loaded first (``c_first``)."""
-    import dataclasses
-
+    """The Configs --sweep times."""
     from inductor_addmm_fix.inductor.hopper_accumulate import Config
 
-    tilings = [Config(bm, bn, bk, warps, stages) for bm, bn, bk, warps, stages in [
+    return [Config(bm, bn, bk, warps, stages) for bm, bn, bk, warps, stages in [
         (128, 128, 64, 4, 2), (128, 128, 64, 4, 3), (128, 128, 64, 8, 3), (128, 128, 64, 4, 4),
         (128, 256, 64, 8, 2), (128, 256, 64, 8, 3), (256, 128, 64, 8, 3), (128, 64, 64, 4, 3),
         (64, 128, 64, 4, 4), (64, 256, 64, 4, 3), (128, 128, 128, 8, 2), (64, 128, 128, 4, 2)]]
-    return tilings + [dataclasses.replace(config, c_first=True) for config in tilings[:4]]
 
 
 def label(config) -> str:
-    return (f"{config.block_m}x{config.block_n}x{config.block_k} w{config.warps} s{config.stages}"
-            + (" c-first" if config.c_first else ""))
+    return f"{config.block_m}x{config.block_n}x{config.block_k} w{config.warps} s{config.stages}"
 
 
 def step_operands(m: int, n: int, k: int, c_name: str) -> tuple:

@@ -48,7 +48,6 @@ class Config:
     warps: int = 4
     stages: int = 2  # pipeline stages of the K loop
     group_m: int = 8  # tiles along M per group of the tile order (operands reused in L2)
-    c_first: bool = False  # C's tile loaded before the product, as its first value (else added after)
 
 
 #: Three programs per multiprocessor (64 KiB of shared memory each), one per tile.
@@ -155,7 +154,7 @@ def accumulate(c: torch.Tensor, a: torch.Tensor, b: torch.Tensor, config: Config
     launch = kernel()[grid(m, n, config)]
     args = (*descriptors(c, a, b, config), m, n, k)
     options = dict(BM=config.block_m, BN=config.block_n, BK=config.block_k, GROUP=config.group_m,
-                   C_FIRST=config.c_first, num_warps=config.warps, num_stages=config.stages)
+                   num_warps=config.warps, num_stages=config.stages)
     if c.is_cuda and c.device.index != torch.cuda.current_device():
         with torch.cuda.device(c.device):  # Triton launches on the current device
             launch(*args, **options)

@@ -19,20 +19,13 @@ def tile_offsets(tile, M, N, BM: tl.constexpr, BN: tl.constexpr, GROUP: tl.const
 
 @triton.jit
 def accumulate_kernel(g_desc, x_desc, c_desc, M, N, K,
-                      BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr,
-                      C_FIRST: tl.constexpr = False):
-    """One tile of C per program.  C_FIRST: C's tile is loaded before the product and is
-    the accumulator's first value (its load overlaps the operands'); else it is loaded
-    after the product and added to it."""
+                      BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr):
+    """One tile of C per program."""
     off_m, off_n = tile_offsets(tl.program_id(0), M, N, BM, BN, GROUP)
-    if C_FIRST:
-        acc = c_desc.load([off_m, off_n]).to(tl.float32)
-    else:
-        acc = tl.zeros((BM, BN), dtype=tl.float32)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
     for k in range(0, tl.cdiv(K, BK)):
         a = g_desc.load([k * BK, off_m])
         b = x_desc.load([k * BK, off_n])
         acc = tl.dot(a.T, b, acc)
-    if not C_FIRST:
-        acc += c_desc.load([off_m, off_n]).to(tl.float32)
-    c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
+    c = c_desc.load([off_m, off_n])
+    c_desc.store([off_m, off_n], (acc + c.to(tl.float32)).to(c_desc.dtype))
