@@ -3,6 +3,7 @@
     python benchmarks/accumulate_kernel.py                 # the LLM heads' steps, and smaller accumulators
     python benchmarks/accumulate_kernel.py --shape 128256x4096x256:bf16 --reps 50
     python benchmarks/accumulate_kernel.py --sweep --json sweep.json   # every candidate Config per shape
+    python benchmarks/accumulate_kernel.py --pairs         # two chunks' steps into one C, four ways
 
 Each row is one in-place step ``C += g.t() @ x`` as Liger's FusedLinearCrossEntropy makes
 it (``g`` a chunk's ``[K, M]`` logits gradient, ``x`` its ``[K, N]`` rows, C ``[M, N]`` in
@@ -13,7 +14,11 @@ the compute floor (at 773 TFLOP/s), each one's error against float64, and whethe
 ``hopper_accumulate.supports`` takes the step (the rule the package applies).  Needs a
 Hopper GPU and Triton.  ``--sweep`` times each of the candidate tilings and grids
 (:func:`candidates`: tile shapes, warps, pipeline stages) on each shape against cuBLAS,
-the data behind ``hopper_accumulate.DEFAULT``.
+the data behind ``hopper_accumulate.DEFAULT``.  ``--pairs`` times two consecutive steps
+of K rows each (two chunks, each gradient its own tensor, as a merged pair of
+``accumulate_pairs`` has them) four ways: two cuBLAS steps, one cuBLAS step over a ``cat``
+of both chunks (the copy included), two steps of the kernel, and the pair kernel (one
+pass over C, each chunk read where it lies).
 """
 
 from __future__ import annotations
@@ -128,17 +133,69 @@ def row(name: str, m: int, n: int, k: int, c_name: str, reps: int) -> dict:
                 deterministic=deterministic, taken=hopper_accumulate.supports(c, g.t(), x))
 
 
+def pair_row(name: str, m: int, n: int, k: int, c_name: str, reps: int) -> dict:
+    from inductor_addmm_fix.inductor import hopper_accumulate
+
+    g, x, start, _ = step_operands(m, n, k, c_name)
+    g2, x2, _, _ = step_operands(m, n, k, c_name)
+    kw = {"out_dtype": torch.float32} if start.dtype == torch.float32 else {}
+    want = start.double().addmm_(g.t().double(), x.double()).addmm_(g2.t().double(), x2.double())
+
+    def error(c):
+        return ((c.double() - want).norm() / want.norm()).item()
+
+    ways = {
+        "cublas_two": lambda c: (torch.addmm(c, g.t(), x, out=c, **kw), torch.addmm(c, g2.t(), x2, out=c, **kw)),
+        "cublas_cat": lambda c: torch.addmm(c, torch.cat([g, g2]).t(), torch.cat([x, x2]), out=c, **kw),
+        "kernel_two": lambda c: (hopper_accumulate.accumulate(c, g.t(), x), hopper_accumulate.accumulate(c, g2.t(), x2)),
+        "pair": lambda c: hopper_accumulate.accumulate_pair(c, g.t(), x, g2.t(), x2),
+    }
+    errors = {}
+    for way, run in ways.items():
+        c = start.clone()
+        run(c)
+        errors[way] = error(c)
+        del c
+    del want
+    c = start
+    ms = {way: median_ms(lambda: run(c), reps) for way, run in ways.items()}
+    return dict(name=name, m=m, n=n, k=k, c=c_name, ms=ms, errors=errors,
+                taken=hopper_accumulate.supports_pair(c, g.t(), x, g2.t(), x2))
+
+
+def pairs(shapes, reps: int) -> None:
+    print("| steps | M | N | K each | C | cuBLAS two ms | cuBLAS cat ms | kernel two ms | pair ms | pair / best other "
+          "| error vs float64 cuBLAS two / pair | taken |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for shape in shapes:
+        r = pair_row(*shape, reps=reps)
+        ms, err = r["ms"], r["errors"]
+        best = min(v for way, v in ms.items() if way != "pair")
+        print(f"| {r['name']} | {r['m']} | {r['n']} | {r['k']} | {r['c']} | {ms['cublas_two']:.3f} | "
+              f"{ms['cublas_cat']:.3f} | {ms['kernel_two']:.3f} | {ms['pair']:.3f} | {ms['pair'] / best:.3f} | "
+              f"{err['cublas_two']:.1e} / {err['pair']:.1e} | {'yes' if r['taken'] else 'no'} |", flush=True)
+        torch.cuda.empty_cache()
+
+
+#: Two chunks of each head's steps at BT 4096-16384 (Liger's chunk rows, K each).
+PAIR_SHAPES = [
+    (f"{head} BT {bt}", v, h, liger_chunk(h, v, bt), c)
+    for head, (h, v, _) in HEADS.items() for bt in (4096, 8192, 16384) for c in ("bf16", "fp32")
+]
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shape", action="append", help="MxNxK:bf16|fp32 (repeatable); default: the table's shapes")
     p.add_argument("--reps", type=int, default=30)
     p.add_argument("--sweep", action="store_true", help="time every candidate Config per shape (the table's, or --shape)")
     p.add_argument("--json", help="with --sweep: write every timing here")
+    p.add_argument("--pairs", action="store_true", help="two chunks' steps four ways (the pair table's shapes, or --shape)")
     args = p.parse_args(argv)
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
         print("needs a Hopper GPU (CUDA capability 9.0)")
         return 2
-    shapes = SHAPES
+    shapes = PAIR_SHAPES if args.pairs else SHAPES
     if args.shape:
         shapes = []
         for spec in args.shape:
@@ -150,6 +207,9 @@ def main(argv=None) -> int:
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}")
     if args.sweep:
         sweep(shapes, args.reps, args.json)
+        return 0
+    if args.pairs:
+        pairs(shapes, args.reps)
         return 0
     print("| step | M | N | K | C | cuBLAS ms | kernel ms | kernel / cuBLAS | floor ms (bytes / FLOPs) "
           "| error vs float64 cuBLAS / kernel | deterministic | taken |")

@@ -70,7 +70,7 @@ OPERAND_DTYPES = (torch.bfloat16, torch.float16)
 CAPABILITY = (9, 0)
 
 _lock = threading.Lock()
-runs = {"kernel": 0}  # calls it ran (read by tests and benchmarks)
+runs = {"kernel": 0, "pair": 0}  # calls of each kernel it ran (read by tests and benchmarks)
 #: Why the kernel is off in this process: its first build or launch raised (a Triton that
 #: cannot build it, say); every later step goes to cuBLAS.
 failure: str | None = None
@@ -106,19 +106,42 @@ def sizes_supported(c_dtype: torch.dtype, m: int, n: int, k: int) -> bool:
     return m * n >= MIN_ELEMENTS and 1 <= k <= max_k(c_dtype, m * n)
 
 
-def supports(c: torch.Tensor, a: torch.Tensor, b: torch.Tensor, beta: Any = 1, alpha: Any = 1) -> bool:
-    """Whether :func:`accumulate` takes ``c += a @ b`` (``c = beta * c + alpha * a @ b``)."""
-    if beta != 1 or alpha != 1 or c.dim() != 2 or a.dim() != 2 or b.dim() != 2:
+def _operands_taken(c: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether the dtypes, shapes, layouts and alignment of ``c += a @ b`` are the kernel's
+    (sizes and device aside)."""
+    if c.dim() != 2 or a.dim() != 2 or b.dim() != 2:
         return False
     if not dtypes_supported(c.dtype, a.dtype, b.dtype) or not (c.device == a.device == b.device):
         return False
     (m, k), (k2, n) = a.shape, b.shape
-    if k2 != k or tuple(c.shape) != (m, n) or not sizes_supported(c.dtype, m, n, k):
+    if k2 != k or tuple(c.shape) != (m, n):
         return False
     g = a.t()
     if not (g.is_contiguous() and b.is_contiguous() and c.is_contiguous()):
         return False
-    return _aligned(g) and _aligned(b) and _aligned(c) and on_hopper(c.device)
+    return _aligned(g) and _aligned(b) and _aligned(c)
+
+
+def supports(c: torch.Tensor, a: torch.Tensor, b: torch.Tensor, beta: Any = 1, alpha: Any = 1) -> bool:
+    """Whether :func:`accumulate` takes ``c += a @ b`` (``c = beta * c + alpha * a @ b``)."""
+    if beta != 1 or alpha != 1 or not _operands_taken(c, a, b):
+        return False
+    (m, k), n = a.shape, b.shape[1]
+    return sizes_supported(c.dtype, m, n, k) and on_hopper(c.device)
+
+
+def pair_sizes_supported(c_dtype: torch.dtype, m: int, n: int, k: int, k2: int) -> bool:
+    """Whether it takes a merged pair of steps of ``k`` and ``k2`` rows into one C: where
+    it takes each step alone, so that one pass over C replaces two."""
+    return sizes_supported(c_dtype, m, n, k) and sizes_supported(c_dtype, m, n, k2)
+
+
+def supports_pair(c: torch.Tensor, a: torch.Tensor, b: torch.Tensor, a2: torch.Tensor, b2: torch.Tensor) -> bool:
+    """Whether :func:`accumulate_pair` takes ``c += a @ b + a2 @ b2``."""
+    if not (_operands_taken(c, a, b) and _operands_taken(c, a2, b2)):
+        return False
+    (m, k), n, k2 = a.shape, b.shape[1], a2.shape[1]
+    return pair_sizes_supported(c.dtype, m, n, k, k2) and on_hopper(c.device)
 
 
 def kernel():
@@ -127,6 +150,13 @@ def kernel():
     from .hopper_accumulate_triton import accumulate_kernel
 
     return accumulate_kernel
+
+
+def pair_kernel():
+    """The Triton kernel of a merged pair (:mod:`.hopper_accumulate_triton`)."""
+    from .hopper_accumulate_triton import accumulate_pair_kernel
+
+    return accumulate_pair_kernel
 
 
 def descriptors(c: torch.Tensor, a: torch.Tensor, b: torch.Tensor, config: Config = DEFAULT) -> tuple:
@@ -148,32 +178,47 @@ def grid(m: int, n: int, config: Config = DEFAULT) -> tuple:
     return (-(-m // config.block_m) * -(-n // config.block_n),)
 
 
+def _options(config: Config) -> dict:
+    return dict(BM=config.block_m, BN=config.block_n, BK=config.block_k, GROUP=config.group_m,
+                num_warps=config.warps, num_stages=config.stages)
+
+
+def _launch(c: torch.Tensor, launch: Any, args: tuple, config: Config, what: str) -> None:
+    if c.is_cuda and c.device.index != torch.cuda.current_device():
+        with torch.cuda.device(c.device):  # Triton launches on the current device
+            launch(*args, **_options(config))
+    else:
+        launch(*args, **_options(config))
+    with _lock:
+        runs[what] += 1
+
+
 def accumulate(c: torch.Tensor, a: torch.Tensor, b: torch.Tensor, config: Config = DEFAULT) -> torch.Tensor:
     """``c += a @ b`` in place; the caller checked :func:`supports`."""
     (m, k), n = a.shape, b.shape[1]
-    launch = kernel()[grid(m, n, config)]
-    args = (*descriptors(c, a, b, config), m, n, k)
-    options = dict(BM=config.block_m, BN=config.block_n, BK=config.block_k, GROUP=config.group_m,
-                   num_warps=config.warps, num_stages=config.stages)
-    if c.is_cuda and c.device.index != torch.cuda.current_device():
-        with torch.cuda.device(c.device):  # Triton launches on the current device
-            launch(*args, **options)
-    else:
-        launch(*args, **options)
-    with _lock:
-        runs["kernel"] += 1
+    _launch(c, kernel()[grid(m, n, config)], (*descriptors(c, a, b, config), m, n, k), config, "kernel")
     return c
 
 
-def accumulate_if_supported(c: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> bool:
-    """``c += a @ b`` by the kernel where :func:`supports` takes it; False where it does
-    not, or where the kernel failed to build or launch (``c`` untouched: it raises before
-    it runs), which turns it off for the process with one warning."""
+def accumulate_pair(c: torch.Tensor, a: torch.Tensor, b: torch.Tensor, a2: torch.Tensor, b2: torch.Tensor,
+                    config: Config = DEFAULT) -> torch.Tensor:
+    """``c += a @ b + a2 @ b2`` in place, in one pass over ``c``; the caller checked
+    :func:`supports_pair`."""
+    (m, k), n, k2 = a.shape, b.shape[1], a2.shape[1]
+    g_desc, x_desc, c_desc = descriptors(c, a, b, config)
+    g2_desc, x2_desc, _ = descriptors(c, a2, b2, config)
+    args = (g_desc, x_desc, g2_desc, x2_desc, c_desc, m, n, k, k2)
+    _launch(c, pair_kernel()[grid(m, n, config)], args, config, "pair")
+    return c
+
+
+def _guarded(run: Any, *tensors: torch.Tensor) -> bool:
+    """``run(*tensors)``; False where the kernel failed to build or launch (nothing
+    written: it raises before it runs), which turns it off for the process with one
+    warning."""
     global failure
-    if failure is not None or not supports(c, a, b):
-        return False
     try:
-        accumulate(c, a, b)
+        run(*tensors)
     except Exception as error:
         with _lock:
             first, failure = failure is None, f"{type(error).__name__}: {str(error)[:500]}"
@@ -181,11 +226,29 @@ def accumulate_if_supported(c: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -
             message = (f"inductor_addmm_fix: the Hopper accumulate kernel failed ({failure}); "
                        "this process runs its accumulates on cuBLAS")
             try:
-                warnings.warn(message, RuntimeWarning, stacklevel=2)
+                warnings.warn(message, RuntimeWarning, stacklevel=3)
             except Exception:  # -W error: a training step never raises for it
                 print(f"{message} [RuntimeWarning, not raised]", file=sys.stderr)
         return False
     return True
+
+
+def accumulate_if_supported(c: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> bool:
+    """``c += a @ b`` by the kernel where :func:`supports` takes it; False where it does
+    not, or where the kernel failed to build or launch (``c`` untouched), which turns it
+    off for the process with one warning."""
+    if failure is not None or not supports(c, a, b):
+        return False
+    return _guarded(accumulate, c, a, b)
+
+
+def accumulate_pair_if_supported(c: torch.Tensor, a: torch.Tensor, b: torch.Tensor, a2: torch.Tensor,
+                                 b2: torch.Tensor) -> bool:
+    """``c += a @ b + a2 @ b2`` by the pair kernel where :func:`supports_pair` takes it;
+    False otherwise (``c`` untouched), as :func:`accumulate_if_supported`."""
+    if failure is not None or not supports_pair(c, a, b, a2, b2):
+        return False
+    return _guarded(accumulate_pair, c, a, b, a2, b2)
 
 
 def triton_supported() -> str | None:
