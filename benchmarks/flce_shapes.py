@@ -157,25 +157,27 @@ def blocks_at_peak(fn, tensors, clear, min_mib: float = 16.0) -> list:
 @contextlib.contextmanager
 def accumulates_on_cublas():
     """The compiled graph's ``inductor_addmm_fix::accumulate_`` steps run cuBLAS (what the
-    ``reinplace`` feature's lowering calls) instead of the Hopper kernel."""
+    ``reinplace`` feature's lowering calls) instead of the Hopper kernel, and its merged
+    pairs (``accumulate_pair_``) two cuBLAS steps each."""
     from inductor_addmm_fix.inductor import hopper_accumulate
 
-    supports = hopper_accumulate.supports
-    hopper_accumulate.supports = lambda *args, **kwargs: False
+    supports, supports_pair = hopper_accumulate.supports, hopper_accumulate.supports_pair
+    hopper_accumulate.supports = hopper_accumulate.supports_pair = lambda *args, **kwargs: False
     try:
         yield
     finally:
-        hopper_accumulate.supports = supports
+        hopper_accumulate.supports, hopper_accumulate.supports_pair = supports, supports_pair
 
 
 def kernel_launches(step) -> int:
-    """The Hopper accumulate kernel's launches in one call of ``step``."""
+    """The Hopper accumulate kernels' launches in one call of ``step`` (one per step or
+    merged pair)."""
     from inductor_addmm_fix.inductor import hopper_accumulate
 
-    before = hopper_accumulate.runs["kernel"]
+    before = sum(hopper_accumulate.runs.values())
     step()
     torch.cuda.synchronize()
-    return hopper_accumulate.runs["kernel"] - before
+    return sum(hopper_accumulate.runs.values()) - before
 
 
 def row(head: str, bt: int, accum, graph: str, args, package: str = "on") -> dict:

@@ -6,6 +6,7 @@ Hopper build (wgmma, no spills).  The CPU has no Hopper GPU: the routing tests s
 has one, and the op runs its CPU path; the kernel on the GPU is tests/gpu/."""
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -16,7 +17,7 @@ import torch
 
 import inductor_addmm_fix
 from helpers import allocations, compile_and_run
-from workloads import accumulate_in_chunks
+from workloads import accumulate_in_chunks, accumulate_separate_chunks
 
 from inductor_addmm_fix.inductor import accumulate_kernel, hopper_accumulate
 from inductor_addmm_fix.inductor.reinplace import fallback_kernel_runs_out_variants
@@ -180,7 +181,7 @@ def test_its_status_off_hopper_says_it_is_idle_here(feature_on, capsys):
 
     assert cli.main([]) == 0
     line = next(l for l in capsys.readouterr().out.splitlines() if l.startswith("  accumulate_kernel "))
-    assert line.endswith("applied (1 patch); idle: no Hopper GPU here (CUDA capability 9.0)"), line
+    assert re.search(r"applied \(\d+ patch(es)?\); idle: no Hopper GPU here \(CUDA capability 9\.0\)$", line), line
 
 
 def test_its_status_with_a_hopper_gpu_says_only_applied(feature_on, monkeypatch):
@@ -278,6 +279,120 @@ def test_reinplace_keeps_its_lowerings_when_the_feature_goes(feature_on):
     assert compiled.counts.get("addmm.dtype:accumulate_in_place") == BT // CHUNK, compiled.counts
 
 
+# ---------------------------------------------------------------- merged pairs
+@pytest.fixture
+def pairs_on_hopper(monkeypatch):
+    """Every feature applied, ``accumulate_pairs`` too; the lowering and the pass take
+    this CPU for a Hopper GPU and the tests' sizes for ones the kernel takes (at run time
+    the ops see the CPU as it is: the fallback runs)."""
+    import torch._inductor.compile_fx  # noqa: F401
+
+    monkeypatch.setattr(hopper_accumulate, "triton_supported", lambda: None)
+    inductor_addmm_fix.install()
+    for name in ("on_hopper", "sizes_supported", "pair_sizes_supported"):
+        monkeypatch.setattr(accumulate_kernel, name, lambda *args: True)
+    yield
+    monkeypatch.undo()
+    inductor_addmm_fix.install("-accumulate_pairs")
+
+
+def separate_chunks(n=BT // CHUNK, dtype=torch.bfloat16):
+    return [torch.randn(CHUNK, V, dtype=dtype) for _ in range(n)], torch.randn(n * CHUNK, H, dtype=dtype)
+
+
+def pair_error(got, start, gs, x) -> float:
+    return relative_error(got, start, torch.cat(gs), x)
+
+
+@pytest.mark.parametrize("out_dtype", [torch.float32, None], ids=["fp32 accumulator", "bf16 accumulator"])
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_a_chain_of_separate_chunks_on_hopper_accumulates_each_pair_in_one_step(pairs_on_hopper, out_dtype, dynamic):
+    """Each chunk's gradient a tensor of its own: each pair is one ``accumulate_pair_``
+    call with both chunks where they lie (no ``cat``), into the accumulator in place."""
+    if out_dtype is None and not fallback_kernel_runs_out_variants():
+        pytest.skip("this torch lowers a bf16 chain through aten.addmm_")
+    gs, x = separate_chunks()
+    start = torch.randn(V, H, dtype=out_dtype or torch.bfloat16)
+    buf = start.clone()
+    kwargs = {"out_dtype": out_dtype} if out_dtype else {}
+    compiled = compile_and_run(lambda b, gs, x: accumulate_separate_chunks(b, gs, x, **kwargs), buf, gs, x,
+                               dynamic=dynamic)
+    pairs = BT // CHUNK // 2
+    assert compiled.events("accumulate_pairs") == {"chains": 1, "pairs": pairs, "split": pairs}
+    assert compiled.counts.get("pair:hopper_accumulate") == pairs, compiled.counts
+    assert compiled.code.count("inductor_addmm_fix.accumulate_pair_.default(") == pairs
+    assert "cat" not in compiled.code and "# alias" not in compiled.code
+    assert compiled.result is buf
+    assert pair_error(buf, start, gs, x) < (1e-6 if out_dtype else 1e-2)
+
+
+def test_an_odd_chunk_after_the_pairs_stays_a_step_of_its_own(pairs_on_hopper):
+    gs, x = separate_chunks(3)
+    start = torch.randn(V, H)
+    buf = start.clone()
+    compiled = compile_and_run(lambda b, gs, x: accumulate_separate_chunks(b, gs, x, out_dtype=torch.float32),
+                               buf, gs, x)
+    assert compiled.counts.get("pair:hopper_accumulate") == 1 and compiled.counts.get("addmm.dtype:hopper_accumulate") == 1
+    assert pair_error(buf, start, gs, x) < 1e-6
+
+
+def test_chunks_of_one_tensor_are_merged_into_one_step_of_their_rows(pairs_on_hopper):
+    """Where both chunks are slices of one tensor the merged step reads one slice (no copy
+    either way): one ``accumulate_`` of twice the rows, as off Hopper."""
+    g, x = operands()
+    compiled = compile_and_run(lambda b, g, x: chunks(b, g, x, out_dtype=torch.float32), torch.zeros(V, H), g, x)
+    assert compiled.events("accumulate_pairs") == {"chains": 1, "pairs": BT // CHUNK // 2}
+    assert "pair:hopper_accumulate" not in compiled.counts
+
+
+def test_a_flce_loop_on_hopper_holds_at_most_two_chunks_of_logits(pairs_on_hopper):
+    """A pair's first chunk of dlogits waits for the second; nothing copies them."""
+    from helpers import most_alive
+    from workloads import CHUNK as FLCE_CHUNK, CHUNKS as FLCE_CHUNKS, V as FLCE_V, flce_inputs, flce_like
+
+    from inductor_addmm_fix.inductor.passes import chunk_order
+
+    if not chunk_order.supported():
+        pytest.skip("no preserve_node_ordering in this torch: chunks are not ordered")
+    x, w, onehot = flce_inputs(torch.bfloat16)
+    compiled = compile_and_run(lambda x, w, y: flce_like(x, w, y), x, w, onehot, no_grad=True)
+    (code,) = compiled.codes
+    assert compiled.events("accumulate_pairs")["split"] == FLCE_CHUNKS // 2
+    assert compiled.events("chunk_order")["chunks"] == FLCE_CHUNKS
+    assert most_alive(code, (FLCE_CHUNK, FLCE_V)) <= 2
+    for got, want in zip(compiled.result, flce_like(x.double(), w.double(), onehot.double())):
+        torch.testing.assert_close(got.double(), want, rtol=2e-2, atol=2e-2)  # bf16
+
+
+def test_off_hopper_a_pair_of_separate_chunks_is_stacked_as_before(feature_on):
+    inductor_addmm_fix.install()
+    gs, x = separate_chunks(2)
+    compiled = compile_and_run(lambda b, gs, x: accumulate_separate_chunks(b, gs, x, out_dtype=torch.float32),
+                               torch.zeros(V, H), gs, x)
+    assert compiled.events("accumulate_pairs") == {"chains": 1, "pairs": 1}
+    assert "accumulate_pair_" not in compiled.code
+
+
+def test_the_pair_op_runs_two_steps_where_the_pair_kernel_does_not_apply(monkeypatch):
+    def kernel(*args):
+        raise AssertionError("the pair kernel ran")
+
+    monkeypatch.setattr(hopper_accumulate, "accumulate_pair", kernel)
+    gs, x = separate_chunks(2)
+    for start in (torch.randn(V, H), torch.randn(V, H, dtype=torch.bfloat16)):
+        buf = start.clone()
+        accumulate_kernel.accumulate_pair_op()(buf, gs[0].t(), x[:CHUNK], gs[1].t(), x[CHUNK:])
+        assert pair_error(buf, start, gs, x) < (1e-6 if start.dtype == torch.float32 else 1e-2)
+
+
+def test_the_pair_kernel_takes_what_it_takes_of_each_step(hopper_device):
+    c, a, b = flce_step(k=128)
+    assert hopper_accumulate.supports_pair(c, a, b, a, b)
+    assert hopper_accumulate.supports_pair(c, a, b, *flce_step(k=512)[1:])  # 512 rows into fp32: each step's most
+    assert not hopper_accumulate.supports_pair(c, a, b, *flce_step(k=513)[1:])
+    assert not hopper_accumulate.supports_pair(c, a, b, a.contiguous(), b)  # the second's A row-major
+
+
 # ---------------------------------------------------------------- the kernel (needs Triton)
 needs_triton = pytest.mark.skipif(not has_triton(), reason="Triton is not installed")
 
@@ -294,25 +409,53 @@ for c_dtype, (m, n, kk) in [(torch.float32, (200, 136, 70)), (torch.float16, (13
     print(c_dtype, ((c.double() - want).norm() / want.norm()).item())
 """
 
+_INTERPRETED_PAIR = """
+import torch, triton
+from inductor_addmm_fix.inductor import hopper_accumulate as k
+torch.manual_seed({seed})
+for c_dtype, (m, n, k1, k2) in [(torch.float32, (200, 136, 70, 33)), (torch.float16, (136, 264, 64, 128)), (torch.float32, (128, 128, 1, 1))]:
+    g, g2 = torch.randn(k1, m, dtype=torch.float16), torch.randn(k2, m, dtype=torch.float16)
+    x, x2 = torch.randn(k1, n, dtype=torch.float16), torch.randn(k2, n, dtype=torch.float16)
+    c = torch.randn(m, n, dtype=c_dtype)
+    want = c.double() + g.double().t() @ x.double() + g2.double().t() @ x2.double()
+    k.accumulate_pair(c, g.t(), x, g2.t(), x2)
+    print(c_dtype, ((c.double() - want).norm() / want.norm()).item())
+"""
+
+
+def interpreted(script: str, seed: int) -> list[float]:
+    """The relative errors ``script`` prints, run by Triton's interpreter on the CPU."""
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(script.format(seed=seed))],
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return [float(line.split()[-1]) for line in out.stdout.splitlines()]
+
 
 @needs_triton
 def test_the_kernel_adds_the_product_into_the_accumulator(seeded_random):
     """Triton's interpreter on the CPU: edges of every tile dimension (M, N, K not
     multiples of the tile), K = 1, an fp32 and an fp16 accumulator."""
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent(_INTERPRETED.format(seed=seeded_random))],
-                         env=env, capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
-    errors = [float(line.split()[-1]) for line in out.stdout.splitlines()]
-    assert len(errors) == 3, out.stdout
+    errors = interpreted(_INTERPRETED, seeded_random)
+    assert len(errors) == 3, errors
     assert errors[0] < 1e-6 and errors[2] < 1e-6  # fp32: one rounding of each sum
     assert errors[1] < 1e-3  # fp16: one rounding to fp16
 
 
 @needs_triton
+def test_the_pair_kernel_adds_both_products_into_the_accumulator(seeded_random):
+    """As above, two products of different K (off the tile, equal, both 1)."""
+    errors = interpreted(_INTERPRETED_PAIR, seeded_random)
+    assert len(errors) == 3, errors
+    assert errors[0] < 1e-6 and errors[2] < 1e-6
+    assert errors[1] < 1e-3
+
+
+@needs_triton
 @pytest.mark.filterwarnings("ignore:TRITON_DEFAULT_FP_FUSION is unset:UserWarning")  # Triton 3.9's own, when building
 @pytest.mark.parametrize("c_dtype", ["fp32", "bf16"])
-def test_the_kernel_builds_for_hopper_with_wgmma_and_no_spills(c_dtype):
+@pytest.mark.parametrize("pair", [False, True], ids=["one product", "pair"])
+def test_the_kernel_builds_for_hopper_with_wgmma_and_no_spills(c_dtype, pair):
     """Compiled for capability 9.0 without a GPU: Hopper's matrix instructions (HGMMA),
     tensor-memory copies (UTMALDG), no local memory, the shared memory of three programs
     per multiprocessor."""
@@ -326,11 +469,15 @@ def test_the_kernel_builds_for_hopper_with_wgmma_and_no_spills(c_dtype):
     config = hopper_accumulate.DEFAULT
     bm, bn, bk = config.block_m, config.block_n, config.block_k
     desc = lambda dtype, block: f"tensordesc<{dtype}[{block[0]}, {block[1]}]>"  # noqa: E731
-    signature = {"g_desc": desc("bf16", [bk, bm]), "x_desc": desc("bf16", [bk, bn]),
-                 "c_desc": desc(c_dtype, [bm, bn]), "M": "i32", "N": "i32", "K": "i32",
+    operands = {"g_desc": desc("bf16", [bk, bm]), "x_desc": desc("bf16", [bk, bn])}
+    if pair:
+        operands |= {"g2_desc": desc("bf16", [bk, bm]), "x2_desc": desc("bf16", [bk, bn])}
+    signature = {**operands, "c_desc": desc(c_dtype, [bm, bn]), "M": "i32", "N": "i32", "K": "i32",
+                 **({"K2": "i32"} if pair else {}),
                  "BM": "constexpr", "BN": "constexpr", "BK": "constexpr", "GROUP": "constexpr"}
     constants = {"BM": bm, "BN": bn, "BK": bk, "GROUP": config.group_m}
-    built = triton.compile(ASTSource(hopper_accumulate.kernel(), signature=signature, constexprs=constants),
+    kernel = hopper_accumulate.pair_kernel() if pair else hopper_accumulate.kernel()
+    built = triton.compile(ASTSource(kernel, signature=signature, constexprs=constants),
                            target=GPUTarget("cuda", 90, 32),
                            options=dict(num_warps=config.warps, num_stages=config.stages))
     cuobjdump = shutil.which("cuobjdump", path=os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin"))

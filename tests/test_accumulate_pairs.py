@@ -288,3 +288,66 @@ def test_merged_pairs_of_symbolic_chunks_read_one_slice_of_x():
     assert "# alias" not in compiled.code
     expected = accumulate_symbolic_chunks(acc.double(), g.double(), x.double(), CHUNK, BT)
     torch.testing.assert_close(compiled.result.double(), expected, rtol=1e-4, atol=1e-4)
+
+
+# ---------------------------------------------------------------- pairs read where they lie
+@pytest.fixture
+def splitter(monkeypatch):
+    """A splitter that takes every pair, with the package's ``addmm_pair`` op (on the CPU
+    its two steps run one after the other)."""
+    from inductor_addmm_fix.inductor import accumulate_kernel
+
+    op = accumulate_kernel.addmm_pair_op()
+    monkeypatch.setitem(accumulate_pairs.SPLITTERS, "test", lambda first, second: op)
+    return op
+
+
+def test_a_split_pair_costs_only_its_waiting_chunk():
+    graph = graph_of(separate_chunks_chain, *separate_chunks_args())
+    (chain,) = accumulate_pairs.chains(graph)
+    assert accumulate_pairs.pair_cost(*chain, split=True) == CHUNK * V * 4  # g1 waits; no cat
+
+
+def test_a_pair_a_splitter_takes_is_one_step_with_each_chunk_where_it_lies(splitter):
+    args = separate_chunks_args()
+    module = make_fx(separate_chunks_chain, tracing_mode="fake")(*args)
+    assert accumulate_pairs.accumulate_in_pairs(module.graph) == 1
+    (step,) = [n for n in module.graph.nodes if n.target is splitter]
+    assert step.meta[chunk_order.CHUNKS_PER_STEP] == 2
+    assert not [n for n in module.graph.nodes if n.target is aten.cat.default] and not accumulations(module.graph)
+    module.recompile()
+    torch.testing.assert_close(module(*args), separate_chunks_chain(*args), rtol=1e-5, atol=1e-5)
+
+
+def test_a_chain_too_large_to_stack_is_split_within_its_budget(splitter, monkeypatch):
+    monkeypatch.setattr(accumulate_pairs, "FLOOR_BYTES", CHUNK * V * 4)  # one chunk: a cat's three are over
+    monkeypatch.setattr(accumulate_pairs, "ACCUMULATOR_SHARE", 0.0)
+    graph = graph_of(separate_chunks_chain, *separate_chunks_args())
+    assert accumulate_pairs.accumulate_in_pairs(graph) == 1
+    assert [n for n in graph.nodes if n.target is splitter]
+
+
+def test_a_chain_over_its_budget_even_split_is_left_alone(splitter, no_memory_floor):
+    graph = graph_of(separate_chunks_chain, *separate_chunks_args())
+    assert accumulate_pairs.accumulate_in_pairs(graph) == 0
+    assert len(accumulations(graph)) == 2
+
+
+def test_slices_of_one_tensor_stay_one_step_even_with_a_splitter(splitter):
+    acc, g, x = torch.randn(V, H), torch.randn(4 * CHUNK, V), torch.randn(4 * CHUNK, H)
+    graph = graph_of(functional_chain, acc, g, x)
+    assert accumulate_pairs.accumulate_in_pairs(graph) == 2
+    assert len(accumulations(graph)) == 2 and not [n for n in graph.nodes if n.target is splitter]
+
+
+def test_chunk_order_follows_a_chain_of_split_pairs_and_a_last_step(splitter):
+    """Three chunks: a split pair, then the odd chunk's ``addmm``: one chain of two steps."""
+    def chain(acc, g1, g2, g3, x):
+        acc = torch.addmm(acc, g1.t(), x[:CHUNK])
+        acc = torch.addmm(acc, g2.t(), x[CHUNK : 2 * CHUNK])
+        return torch.addmm(acc, g3.t(), x[2 * CHUNK : 3 * CHUNK])
+
+    graph = graph_of(chain, torch.randn(V, H), *(torch.randn(CHUNK, V) for _ in range(3)), torch.randn(3 * CHUNK, H))
+    assert accumulate_pairs.accumulate_in_pairs(graph) == 1
+    (found,) = chunk_order.accumulation_chains(graph)
+    assert [n.target for n in found] == [splitter, aten.addmm.default]

@@ -25,6 +25,16 @@ def accumulate_in_chunks(grad_weight, grad_logits, x, chunk: int, **kwargs):
     return grad_weight
 
 
+def accumulate_separate_chunks(grad_weight, grad_logits: list, x, **kwargs):
+    """As :func:`accumulate_in_chunks`, each chunk's gradient a tensor of its own (as
+    Liger's are: each chunk's logits buffer): a merged pair cannot read both as one slice."""
+    start = 0
+    for g in grad_logits:
+        torch.addmm(grad_weight, g.t(), x[start : start + g.shape[0]], out=grad_weight, **kwargs)
+        start += g.shape[0]
+    return grad_weight
+
+
 # FLCE without autograd, at a size whose chunks the tests can count.
 BT, H, V, CHUNK = 32, 16, 96, 8
 CHUNKS = BT // CHUNK

@@ -34,13 +34,18 @@ from ..patching.ops import package_op
 from ..patching.probes import takes_parameter
 from ..patching.registry import ABSENT, DictEntry, Patch
 from . import hopper_accumulate
-from .hopper_accumulate import dtypes_supported, on_hopper, sizes_supported
-from .reinplace import addmm_dtype_eager, addmm_dtype_inplace, lower_addmm_, lower_addmm_dtype_
+from .hopper_accumulate import dtypes_supported, on_hopper, pair_sizes_supported, sizes_supported
+from .reinplace import addmm_dtype_eager, addmm_dtype_inplace, is_accumulation, lower_addmm_, lower_addmm_dtype_
 
 aten = torch.ops.aten
 NAME = "hopper_accumulate"  # counted as "<op>:hopper_accumulate"
 RETIRED_BY = "none: a kernel of this package (cuBLAS runs beta = 1 after the product)"
 _SCHEMA = "accumulate_(Tensor(a!) self, Tensor mat1, Tensor mat2) -> ()"
+_PAIR_SCHEMA = "accumulate_pair_(Tensor(a!) self, Tensor mat1, Tensor mat2, Tensor mat1b, Tensor mat2b) -> ()"
+_ADDMM_PAIR_SCHEMA = "addmm_pair(Tensor self, Tensor mat1, Tensor mat2, Tensor mat1b, Tensor mat2b) -> Tensor"
+_ADDMM_PAIR_INPLACE_SCHEMA = (
+    "addmm_pair_(Tensor(a!) self, Tensor mat1, Tensor mat2, Tensor mat1b, Tensor mat2b) -> Tensor(a!)"
+)
 
 
 def _accumulate_(self, mat1, mat2):
@@ -62,6 +67,89 @@ def _accumulate_fake(self, mat1, mat2):
 def accumulate_op() -> torch._ops.OpOverload:
     """``torch.ops.inductor_addmm_fix.accumulate_.default``, defined on first use."""
     return package_op("accumulate_", _SCHEMA, {"CompositeExplicitAutograd": _accumulate_, "Meta": _accumulate_fake})
+
+
+def _accumulate_pair_(self, mat1, mat2, mat1b, mat2b):
+    """self += mat1 @ mat2 + mat1b @ mat2b in place: the pair kernel where it applies (one
+    pass over ``self``), else the two steps one after the other, each as ``accumulate_``
+    runs it."""
+    if hopper_accumulate.accumulate_pair_if_supported(self, mat1, mat2, mat1b, mat2b):
+        return
+    _accumulate_(self, mat1, mat2)
+    _accumulate_(self, mat1b, mat2b)
+
+
+def accumulate_pair_op() -> torch._ops.OpOverload:
+    """``torch.ops.inductor_addmm_fix.accumulate_pair_.default``, defined on first use."""
+    return package_op("accumulate_pair_", _PAIR_SCHEMA,
+                      {"CompositeExplicitAutograd": _accumulate_pair_, "Meta": lambda *args: None})
+
+
+def _addmm_pair(self, mat1, mat2, mat1b, mat2b):
+    out = self.clone(memory_format=torch.contiguous_format)
+    _accumulate_pair_(out, mat1, mat2, mat1b, mat2b)
+    return out
+
+
+def _addmm_pair_(self, mat1, mat2, mat1b, mat2b):
+    _accumulate_pair_(self, mat1, mat2, mat1b, mat2b)
+    return self
+
+
+def addmm_pair_op() -> torch._ops.OpOverload:
+    """``torch.ops.inductor_addmm_fix.addmm_pair.default``: ``self + mat1 @ mat2 + mat1b @
+    mat2b`` in ``self``'s dtype (the products in fp32), a new tensor.  What
+    ``accumulate_pairs`` puts in a post-grad graph for a merged pair whose chunks stay
+    where they lie; re-inplaced to :func:`addmm_pair_inplace_op`."""
+    meta = lambda self, *mats: torch.empty_like(self, memory_format=torch.contiguous_format)  # noqa: E731
+    return package_op("addmm_pair", _ADDMM_PAIR_SCHEMA, {"CompositeExplicitAutograd": _addmm_pair, "Meta": meta})
+
+
+def addmm_pair_inplace_op() -> torch._ops.OpOverload:
+    """``torch.ops.inductor_addmm_fix.addmm_pair_.default``: :func:`addmm_pair_op` into ``self``."""
+    return package_op("addmm_pair_", _ADDMM_PAIR_INPLACE_SCHEMA,
+                      {"CompositeExplicitAutograd": _addmm_pair_, "Meta": lambda self, *mats: self})
+
+
+def _hint(size: Any) -> int | None:
+    """A size's value without a guard: an int, or a symbolic size's hint; None if unknown."""
+    if isinstance(size, int):
+        return size
+    hint = getattr(getattr(size, "node", None), "hint", None)
+    return int(hint) if hint is not None else None
+
+
+def takes_pair(first: Any, second: Any) -> torch._ops.OpOverload | None:
+    """For ``accumulate_pairs``: the op that accumulates two consecutive steps (FX nodes
+    ``addmm(acc, a, b)`` then ``addmm(first, a2, b2)``) in one pass over the accumulator
+    with each step's operands where they lie, where the pair kernel takes them: a
+    Hopper GPU, dtypes it takes, both steps' rows within :func:`.hopper_accumulate.max_k`
+    (sizes read from their hints where symbolic: each call checks its own).  Else None."""
+    val = lambda node: node.meta.get("val") if hasattr(node, "meta") else None  # noqa: E731
+    acc, a, b, a2, b2 = (val(n) for n in (first.args[0], first.args[1], first.args[2], second.args[1], second.args[2]))
+    result = val(second)
+    if not all(isinstance(t, torch.Tensor) for t in (acc, a, b, a2, b2, result)):
+        return None
+    if not on_hopper(result.device) or acc.dtype != result.dtype:
+        return None
+    if not (dtypes_supported(result.dtype, a.dtype, b.dtype) and a2.dtype == a.dtype and b2.dtype == b.dtype):
+        return None
+    sizes = [_hint(s) for s in (*a.shape, b.shape[-1], a2.shape[-1])]
+    if any(s is None for s in sizes):
+        return None
+    m, k, n, k2 = sizes
+    return addmm_pair_op() if pair_sizes_supported(result.dtype, m, n, k, k2) else None
+
+
+def lower_addmm_pair_(self, mat1, mat2, mat1b, mat2b):
+    """addmm_pair_: ``accumulate_pair_`` into ``self``'s buffer (kernel or cuBLAS, decided
+    per call)."""
+    from torch._inductor import lowering as L
+
+    count("pair", NAME)
+    self.realize()  # mutate the buffer that ``self`` names, not a copy of a lazy value
+    L.fallback_handler(accumulate_pair_op(), add_to_fallback_set=False)(self, mat1, mat2, mat1b, mat2b)
+    return self
 
 
 def routes_here(self, mat1, mat2, beta: Any = 1, alpha: Any = 1) -> bool:
@@ -137,4 +225,35 @@ def plan() -> list[Decision]:
         for op, what in ops
     ]
     return [needed("inductor.hopper_accumulate", reason, patches, probe=hopper_accumulate.triton_supported,
-                   obsolete_when=RETIRED_BY)]
+                   obsolete_when=RETIRED_BY), _plan_pairs(lowerings)]
+
+
+def _plan_pairs(lowerings: dict) -> Decision:
+    """``accumulate_pairs`` merges a pair of steps into ``addmm_pair`` (no ``cat`` of the
+    chunks) where the pair kernel takes it; Inductor re-inplaces that to ``addmm_pair_``,
+    lowered to ``accumulate_pair_``."""
+    from torch._inductor.fx_passes import reinplace
+
+    from .lowerings import as_registered_lowering
+    from .passes import accumulate_pairs
+
+    table = getattr(reinplace, "inplaceable_ops", None)
+    require(isinstance(table, dict), "torch._inductor.fx_passes.reinplace.inplaceable_ops dict")
+    functional, inplace = addmm_pair_op(), addmm_pair_inplace_op()
+    accumulate_pair_op()
+    reason = (
+        "a merged pair of chunks stacked by a cat costs three chunks of memory and a copy; "
+        "the pair kernel reads each chunk where it lies, one pass over the accumulator for both"
+    )
+    patches = [
+        Patch("inductor.accumulate_pairs.split.hopper_accumulate",
+              DictEntry(accumulate_pairs.SPLITTERS, NAME, "inductor_addmm_fix accumulate_pairs splitters"), takes_pair),
+        Patch("inductor.reinplace.addmm_pair",
+              DictEntry(table, functional, "torch._inductor.fx_passes.reinplace.inplaceable_ops"),
+              reinplace.InplaceableOp(inplace, 0, extra_check=is_accumulation)),
+        Patch("inductor.lowering.addmm_pair_.hopper_accumulate",
+              DictEntry(lowerings, inplace, "torch._inductor.lowering.lowerings"),
+              as_registered_lowering(inplace, lower_addmm_pair_)),
+    ]
+    return needed("inductor.hopper_accumulate.pairs", reason, patches, probe=hopper_accumulate.triton_supported,
+                  obsolete_when=RETIRED_BY)

@@ -138,7 +138,7 @@ _FILLS = {"full", "zeros", "zeros_like", "full_like", "new_zeros", "new_full", "
 
 def _accumulates(op: Any) -> bool:
     name = getattr(op, "__name__", "")  # e.g. "addmm.dtype", "addmm_.default"
-    return name.split(".")[0] in ("addmm", "addmm_", "addmm_dtype_")
+    return name.split(".")[0] in ("addmm", "addmm_", "addmm_dtype_", "addmm_pair", "addmm_pair_")
 
 
 def _can_hold_result(acc: torch.fx.Node, node: torch.fx.Node) -> bool:

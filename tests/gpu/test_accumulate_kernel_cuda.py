@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from helpers import allocations, compile_and_run
-from workloads import accumulate_in_chunks
+from workloads import accumulate_in_chunks, accumulate_separate_chunks
 
 from inductor_addmm_fix.inductor import hopper_accumulate
 
@@ -49,6 +49,34 @@ def test_the_kernel_is_deterministic():
     first, second = start.clone(), start.clone()
     hopper_accumulate.accumulate(first, a, b)
     hopper_accumulate.accumulate(second, a, b)
+    assert torch.equal(first, second)
+
+
+@pytest.mark.parametrize("c_dtype", [torch.float32, torch.bfloat16], ids=["fp32 C", "bf16 C"])
+@pytest.mark.parametrize("shape", EDGES, ids=lambda s: "x".join(map(str, s)))
+def test_the_pair_kernel_adds_both_products_as_cublas_does_over_both_chunks(shape, c_dtype):
+    """Against cuBLAS's one step over both chunks' rows (what ``accumulate_pairs`` makes
+    of a pair without the kernel: one sum over K1 + K2 rows, C added once); and for a
+    bf16 C within the error of two cuBLAS steps (which round C twice)."""
+    m, n, k = shape
+    start, a, b = step(m, n, k, c_dtype)
+    _, a2, b2 = step(m, n, k // 2 + 3, c_dtype)  # another K, off the tile
+    c = start.clone()
+    hopper_accumulate.accumulate_pair(c, a, b, a2, b2)
+    want = start.double() + a.double() @ b.double() + a2.double() @ b2.double()
+    err = lambda got: ((got.double() - want).norm() / want.norm()).item()  # noqa: E731
+    merged = cublas(start, torch.cat([a, a2], dim=1), torch.cat([b, b2]))
+    assert err(c) <= 1.05 * err(merged) + 1e-7
+    if c_dtype == torch.bfloat16:
+        assert err(c) <= 1.05 * err(cublas(cublas(start, a, b), a2, b2))
+
+
+def test_the_pair_kernel_is_deterministic():
+    start, a, b = step(2056, 904, 300, torch.bfloat16)
+    _, a2, b2 = step(2056, 904, 77, torch.bfloat16)
+    first, second = start.clone(), start.clone()
+    hopper_accumulate.accumulate_pair(first, a, b, a2, b2)
+    hopper_accumulate.accumulate_pair(second, a, b, a2, b2)
     assert torch.equal(first, second)
 
 
@@ -131,4 +159,27 @@ def test_a_chain_with_symbolic_sizes_runs_the_kernel(out_dtype):
     assert compiled.result is buf
     eager = start.clone()
     accumulate_in_chunks(eager, g, x, GEMMA[2], **kwargs)
+    assert error(buf, start, g.t(), x) <= 1.05 * error(eager, start, g.t(), x) + 1e-7
+
+
+@pytest.mark.parametrize("out_dtype", [torch.float32, None], ids=["fp32 accumulator", "bf16 accumulator"])
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_a_compiled_chain_of_separate_chunks_runs_the_pair_kernel_without_a_cat(out_dtype, dynamic):
+    """Gemma-2's head at 128 rows a chunk, each chunk's gradient its own tensor (as
+    Liger's): ``accumulate_pairs`` merges each pair into one step of the pair kernel,
+    reading both chunks where they lie (no [256, V] copy), in place."""
+    (m, n, k), chunks = GEMMA, 4
+    start, g, x, kwargs = gemma_chain(chunks, out_dtype)
+    gs = [piece.clone() for piece in g.split(k)]
+    buf = start.clone()
+    before = dict(hopper_accumulate.runs)
+    compiled = compile_and_run(lambda b, gs, x: accumulate_separate_chunks(b, gs, x, **kwargs), buf, gs, x,
+                               dynamic=dynamic)
+    assert compiled.events("accumulate_pairs") == {"chains": 1, "pairs": 2, "split": 2}
+    assert hopper_accumulate.runs["pair"] - before["pair"] == chunks // 2
+    assert hopper_accumulate.runs["kernel"] == before["kernel"]
+    assert compiled.result is buf and allocations(compiled.code, (m, n)) == 0
+    assert "cat" not in compiled.code and "# alias" not in compiled.code  # no cat of a pair's chunks
+    eager = start.clone()
+    accumulate_in_chunks(eager, g, x, k, **kwargs)
     assert error(buf, start, g.t(), x) <= 1.05 * error(eager, start, g.t(), x) + 1e-7

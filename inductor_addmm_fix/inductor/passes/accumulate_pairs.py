@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.fx as fx
@@ -60,6 +60,11 @@ RETIRED_BY = "none: an optimization across eager calls"
 # eager (docs/gpu-results.md).
 FLOOR_BYTES = 64 << 20
 ACCUMULATOR_SHARE = 0.05
+
+#: name -> ``takes(first, second)``: the op (``op(acc, a, b, a2, b2)``) that accumulates a
+#: pair of steps with each step's operands where they lie, or None where it does not take
+#: them.  Each entry is a patch of the feature that provides the op (``accumulate_kernel``).
+SPLITTERS: dict[str, Callable[[fx.Node, fx.Node], Any]] = {}
 
 
 def _count(what: str, n: int = 1) -> None:
@@ -308,17 +313,27 @@ def _narrowing_cast_bytes(node: fx.Node) -> int:
     return best
 
 
-def pair_cost(first: fx.Node, second: fx.Node) -> int:
+def pair_cost(first: fx.Node, second: fx.Node, split: bool = False) -> int:
     """Bytes a merged pair keeps alive beyond two separate steps: for each operand that is
-    not one slice already, the first chunk waiting for the second and the ``cat`` of both."""
+    not one slice already, the first chunk waiting for the second, and (unless ``split``:
+    each chunk read where it lies) the ``cat`` of both."""
     cost = 0
     for pieces in ([_transposed(first.args[1]), _transposed(second.args[1])], [first.args[2], second.args[2]]):
         if any(p is None or _val(p) is None for p in pieces):
             return 0  # not mergeable: _merge declines it
         if _adjacent_slices(pieces) is None:
             a, b = (_bytes(_val(p)) for p in pieces)
-            cost += a + a + b
+            cost += a if split else a + a + b
     return cost
+
+
+def splitter(first: fx.Node, second: fx.Node) -> Any:
+    """The op of :data:`SPLITTERS` that takes this pair, or None."""
+    for takes in SPLITTERS.values():
+        op = takes(first, second)
+        if op is not None:
+            return op
+    return None
 
 
 def budget(chain: list[fx.Node]) -> int:
@@ -364,6 +379,46 @@ def _merge(graph: fx.Graph, first: fx.Node, second: fx.Node) -> fx.Node | None:
     return merged
 
 
+def _merge_split(graph: fx.Graph, first: fx.Node, second: fx.Node, op: Any) -> fx.Node | None:
+    """One ``op(acc, a, b, a2, b2)`` step for ``first`` and ``second``, or None."""
+    mode = _FakeValues(first, second)
+    args = (first.args[0], first.args[1], first.args[2], second.args[1], second.args[2])
+    with graph.inserting_before(second):
+        merged = graph.call_function(op, args)
+    with mode:
+        merged.meta["val"] = op(*(_val(a) for a in args))
+    want, got = _val(second), merged.meta["val"]
+    if not (_same(got.shape, want.shape) and _same(got.stride(), want.stride()) and got.dtype == want.dtype):
+        graph.erase_node(merged)
+        return None
+    for key, value in second.meta.items():
+        if key != "val":
+            merged.meta.setdefault(key, value)
+    merged.meta[CHUNKS_PER_STEP] = first.meta.get(CHUNKS_PER_STEP, 1) + second.meta.get(CHUNKS_PER_STEP, 1)
+    second.replace_all_uses_with(merged)
+    graph.erase_node(second)
+    graph.erase_node(first)
+    return merged
+
+
+def _how(chain: list[fx.Node]) -> tuple[str, list]:
+    """How to merge the pairs of ``chain``: ("cat", []) where every pair's pieces are
+    slices of one tensor (one step, no copy); else ("split", their ops) where an op of
+    :data:`SPLITTERS` takes every pair within the budget; else ("cat", []) within the
+    budget; else ("over_budget", [])."""
+    pairs = list(zip(chain[0::2], chain[1::2]))
+    costs = [pair_cost(a, b) for a, b in pairs]
+    if max(costs) == 0:
+        return "cat", []
+    allowed = budget(chain)
+    ops = [splitter(a, b) for a, b in pairs]
+    if all(op is not None for op in ops) and max(pair_cost(a, b, split=True) for a, b in pairs) <= allowed:
+        return "split", ops
+    if max(costs) <= allowed:
+        return "cat", []
+    return "over_budget", []
+
+
 def accumulate_in_pairs(graph: fx.Graph) -> int:
     """Merge each pair of consecutive steps of every accumulation chain.  Returns the
     number of pairs merged (0: graph untouched).  Never raises."""
@@ -377,24 +432,28 @@ def accumulate_in_pairs(graph: fx.Graph) -> int:
     for chain in found:
         done = 0
         try:
-            allowed = budget(chain)
-            if max(pair_cost(a, b) for a, b in zip(chain[0::2], chain[1::2])) > allowed:
-                _count("over_budget")
-                continue
+            how, ops = _how(chain)
         except Exception as error:  # pragma: no cover - torch internals changed
             _count("error")
             log.warning("accumulate_pairs: chain left as it was (%s: %s)", type(error).__name__, error)
             continue
-        for first, second in zip(chain[0::2], chain[1::2]):
+        if how == "over_budget":
+            _count("over_budget")
+            continue
+        for i, (first, second) in enumerate(zip(chain[0::2], chain[1::2])):
             try:
-                if _merge(graph, first, second) is not None:
-                    done += 1
+                if how == "split":
+                    done += _merge_split(graph, first, second, ops[i]) is not None
+                else:
+                    done += _merge(graph, first, second) is not None
             except Exception as error:  # pragma: no cover - torch internals changed
                 _count("error")
                 log.warning("accumulate_pairs: pair left as it was (%s: %s)", type(error).__name__, error)
         if done:
             _count("chains")
             _count("pairs", done)
+            if how == "split":
+                _count("split", done)
             merged += done
     return merged
 

@@ -111,20 +111,25 @@ def _descendants(node: fx.Node) -> set[fx.Node]:
     return _closure([node], lambda n: n.users)
 
 
+def _is_step(node) -> bool:
+    """An accumulation step: ``addmm``/``addmm.dtype``, or a step that ``accumulate_pairs``
+    made of several (``node.meta[CHUNKS_PER_STEP]``, whatever its op)."""
+    return (isinstance(node, fx.Node) and node.op == "call_function" and bool(node.args)
+            and (node.target in _chain_ops() or CHUNKS_PER_STEP in node.meta))
+
+
 def accumulation_chains(graph: fx.Graph) -> list[list[fx.Node]]:
-    """Chains of >= 2 addmm (or addmm.dtype) nodes, each one's ``self`` the previous one
-    (and the previous one's only such user), longest first."""
-    ops = _chain_ops()
+    """Chains of >= 2 accumulation steps, each one's ``self`` the previous one (and the
+    previous one's only such user), longest first."""
     chains = []
     for node in graph.nodes:
-        if node.op != "call_function" or node.target not in ops:
+        if not _is_step(node):
             continue
-        prev = node.args[0] if node.args else None
-        if isinstance(prev, fx.Node) and prev.op == "call_function" and prev.target is node.target:
+        if _is_step(node.args[0]):
             continue  # not the first step
         chain = [node]
         while True:
-            nxt = [u for u in chain[-1].users if u.target is node.target and u.args and u.args[0] is chain[-1]]
+            nxt = [u for u in chain[-1].users if _is_step(u) and u.args[0] is chain[-1]]
             if len(nxt) != 1:
                 break
             chain.append(nxt[0])
