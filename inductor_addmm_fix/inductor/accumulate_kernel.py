@@ -19,6 +19,19 @@ step is left to the wrapped lowering.  Counted as ``addmm.dtype:hopper_accumulat
 ``addmm:hopper_accumulate`` in ``counters["inductor_addmm_fix"]``; the calls the kernel ran
 in ``hopper_accumulate.runs``.
 
+Merged pairs: ``accumulate_pairs`` merges two consecutive steps into one; where the two
+chunks are separate tensors (Liger's, each its own logits buffer) it stacks them with a
+``cat``, three chunks of memory more than eager, too many for a bf16 accumulator.  This
+feature gives that pass a splitter (:func:`takes_pair`, an entry of
+``accumulate_pairs.SPLITTERS``): on a Hopper GPU, where the kernel takes each step, the
+pair becomes ``inductor_addmm_fix::addmm_pair(acc, a, b, a2, b2)``, which Inductor's
+re-inplacing pass turns into ``addmm_pair_`` (an entry of its table that this feature
+adds, restricted to accumulation chains as ``reinplace``'s), lowered to
+``accumulate_pair_``: the pair kernel (:func:`.hopper_accumulate.accumulate_pair`, one
+pass over C for both chunks, each read where it lies), or the two steps one after the
+other where a call's operands are not the kernel's.  One chunk of memory more than
+eager (the first waits for the second), no copy.  Counted as ``pair:hopper_accumulate``.
+
 Upstream: none (a kernel of this package; cuBLAS has no overlapped ``beta = 1``).
 """
 

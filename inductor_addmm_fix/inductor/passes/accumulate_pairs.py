@@ -26,9 +26,17 @@ waits for the second) and a copy of both into the ``cat`` (0.03 ms a chunk); the
 ``chunk_order`` pass, which runs after this one, keeps every chunk's logits matmul in
 order.  A chain of one step, and steps that are not plain ``addmm``/``addmm.dtype``
 (``beta``, ``alpha`` other than 1, other layouts) are left as they are; the pass never
-raises.  Counted in ``torch._dynamo.utils.counters["inductor_addmm_fix"]``:
-``accumulate_pairs:chains``, ``accumulate_pairs:pairs``, ``accumulate_pairs:over_budget``
-(chains left alone for memory) and ``accumulate_pairs:error``.
+raises.
+
+A feature that can accumulate a pair with each chunk's operands where they lie registers
+a splitter in :data:`SPLITTERS` (``accumulate_kernel`` on Hopper GPUs: one kernel, one
+pass over the accumulator); a pair it takes becomes its op instead of a ``cat``, costing
+only the waiting chunk.  A chain is merged where its pairs' extra memory fits
+:func:`budget` (the split form first, then the ``cat``), else left alone.  Counted in
+``torch._dynamo.utils.counters["inductor_addmm_fix"]``: ``accumulate_pairs:chains``,
+``accumulate_pairs:pairs``, ``accumulate_pairs:split`` (pairs merged by a splitter's op),
+``accumulate_pairs:over_budget`` (chains left alone for memory) and
+``accumulate_pairs:error``.
 
 Upstream: none (an optimization across eager calls).
 """
