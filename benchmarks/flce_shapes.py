@@ -292,6 +292,8 @@ def main(argv=None) -> int:
                    help="also each static and automatic row with these features (install(features=SPEC)), e.g. -accumulate_kernel")
     p.add_argument("--cublas-too", action="store_true",
                    help="also time each compiled step with its accumulates on cuBLAS instead of the Hopper kernel (same graph)")
+    p.add_argument("--pair-budget-mib", type=float, metavar="MIB",
+                   help="accumulate_pairs' memory budget floor for every row (default: the package's, 64 MiB)")
     p.add_argument("--json", help="write every row here, as each completes")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
@@ -306,6 +308,11 @@ def main(argv=None) -> int:
             p.error(f"--case {spec}: expected HEAD:BT[,BT...] with HEAD one of {', '.join(HEADS)}")
         cases += [(head, int(bt)) for bt in bts.split(",")]
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, inductor_addmm_fix {inductor_addmm_fix.__version__}", flush=True)
+    if args.pair_budget_mib is not None:
+        from inductor_addmm_fix.inductor.passes import accumulate_pairs
+
+        accumulate_pairs.FLOOR_BYTES = int(args.pair_budget_mib * 2**20)
+        print(f"# accumulate_pairs budget floor: {args.pair_budget_mib} MiB", flush=True)
     rows = []
     for head, bt in cases:
         for accum_name in args.accum:

@@ -49,7 +49,7 @@ def test_install_chains_a_users_pass_and_uninstall_restores_it():
             inductor_addmm_fix.install()
             ours = _slot_value()
             assert slot.is_chained_pass(ours) and ours.previous is user
-            assert ours.uuid()[3] == ("user-pass-1",)  # the FX graph cache keys on both
+            assert ours.uuid()[-1] == ("user-pass-1",)  # the FX graph cache keys on both
 
             compiled = compile_and_run(flce_like, *flce_inputs(torch.float32), no_grad=True)
             assert user.calls >= 1 and compiled.events("chunk_order")["graphs"] == 1
@@ -119,7 +119,7 @@ def test_every_thread_sees_the_pass():
 @needs_pass
 def test_uuid_is_none_when_a_previous_pass_has_none():
     assert slot.make_chained_pass(lambda graph: None).uuid() is None
-    assert slot.make_chained_pass([UserPass(), UserPass()]).uuid()[3] == ("user-pass-1", "user-pass-1")
+    assert slot.make_chained_pass([UserPass(), UserPass()]).uuid()[-1] == ("user-pass-1", "user-pass-1")
     assert slot.make_chained_pass(None).uuid() == slot.make_chained_pass(None).uuid()
 
 
@@ -135,6 +135,20 @@ def test_the_passes_run_in_rank_order_and_the_uuid_names_them():
         assert "slice_writes" not in slot.make_chained_pass(None).uuid()[1]  # another feature set, another key
     finally:
         inductor_addmm_fix.install()
+
+
+@needs_pass
+def test_the_uuid_changes_with_a_pass_s_settings(monkeypatch):
+    """accumulate_pairs' memory budget and splitters decide its output: another budget,
+    another cache key."""
+    from inductor_addmm_fix.inductor.passes import accumulate_pairs
+
+    before = slot.make_chained_pass(None).uuid()
+    monkeypatch.setattr(accumulate_pairs, "FLOOR_BYTES", accumulate_pairs.FLOOR_BYTES * 2)
+    assert slot.make_chained_pass(None).uuid() != before
+    monkeypatch.undo()
+    monkeypatch.setitem(accumulate_pairs.SPLITTERS, "another", lambda first, second: None)
+    assert slot.make_chained_pass(None).uuid() != before
 
 
 def test_status_lists_the_slot_and_each_pass():

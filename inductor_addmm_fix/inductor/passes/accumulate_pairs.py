@@ -75,6 +75,12 @@ ACCUMULATOR_SHARE = 0.05
 SPLITTERS: dict[str, Callable[[fx.Node, fx.Node], Any]] = {}
 
 
+def cache_settings() -> tuple:
+    """What the pass's output depends on besides its source and the graph (the FX graph
+    cache keys on it): the budget's constants and the splitters registered."""
+    return (FLOOR_BYTES, ACCUMULATOR_SHARE, tuple(sorted(SPLITTERS)))
+
+
 def _count(what: str, n: int = 1) -> None:
     count(NAME, what, n)
 

@@ -10,7 +10,8 @@ slot patch (:func:`plan`) is machinery, applied while any pass is.
 
 The previous value stays reachable as ``.previous``, so that uninstalling puts the
 same object back.  The pass's ``uuid()`` (which the FX graph cache keys on) covers the
-passes that run, their source, and the previous passes' uuids.
+passes that run, their source, the settings a pass module reports (its
+``cache_settings()``, if it has one), and the previous passes' uuids.
 """
 
 from __future__ import annotations
@@ -106,8 +107,11 @@ def make_chained_pass(previous: Any) -> Any:
             if any(u is None for u in prev):
                 return None
             ours = active_passes()
-            files = {__file__, *(sys.modules[p.__module__].__file__ for _, p in ours)}
-            return ("inductor_addmm_fix.post_grad", tuple(n for n, _ in ours), hash_of_files(tuple(sorted(files))), prev)
+            modules = [sys.modules[p.__module__] for _, p in ours]
+            files = {__file__, *(m.__file__ for m in modules)}
+            settings = tuple(m.cache_settings() if hasattr(m, "cache_settings") else () for m in modules)
+            return ("inductor_addmm_fix.post_grad", tuple(n for n, _ in ours), hash_of_files(tuple(sorted(files))),
+                    settings, prev)
 
         def __repr__(self) -> str:
             return f"PostGradPasses({', '.join(self.passes)}; previous={self.previous!r})"
