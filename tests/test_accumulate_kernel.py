@@ -364,6 +364,25 @@ def test_a_flce_loop_on_hopper_holds_at_most_two_chunks_of_logits(pairs_on_hoppe
         torch.testing.assert_close(got.double(), want, rtol=2e-2, atol=2e-2)  # bf16
 
 
+def test_a_pair_whose_accumulator_is_read_afterwards_writes_a_new_buffer(pairs_on_hopper):
+    """The functional chain's first accumulator is read after it (not re-inplaceable):
+    its pair runs ``addmm_pair`` into a new buffer, the next pair in place into that."""
+    def chain(acc, gs, x):
+        out = acc
+        for k, g in enumerate(gs):
+            out = torch.addmm(out, g.t(), x[k * CHUNK : (k + 1) * CHUNK], out_dtype=torch.float32)
+        return out, acc * 2
+
+    gs, x = separate_chunks(4)
+    start = torch.randn(V, H)
+    compiled = compile_and_run(chain, start, gs, x)
+    assert compiled.events("accumulate_pairs")["split"] == 2
+    assert compiled.code.count("inductor_addmm_fix.addmm_pair.default(") == 1
+    assert compiled.code.count("inductor_addmm_fix.accumulate_pair_.default(") == 1
+    assert pair_error(compiled.result[0], start, gs, x) < 1e-6
+    assert torch.equal(compiled.result[1], start * 2)
+
+
 def test_off_hopper_a_pair_of_separate_chunks_is_stacked_as_before(feature_on):
     inductor_addmm_fix.install()
     gs, x = separate_chunks(2)
