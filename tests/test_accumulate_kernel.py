@@ -392,6 +392,18 @@ def test_off_hopper_a_pair_of_separate_chunks_is_stacked_as_before(feature_on):
     assert "accumulate_pair_" not in compiled.code
 
 
+def test_turning_the_feature_off_takes_its_splitter_from_accumulate_pairs(pairs_on_hopper):
+    from inductor_addmm_fix.inductor.passes import accumulate_pairs
+
+    assert accumulate_kernel.NAME in accumulate_pairs.SPLITTERS
+    inductor_addmm_fix.install("-accumulate_kernel")
+    assert accumulate_kernel.NAME not in accumulate_pairs.SPLITTERS
+    gs, x = separate_chunks(2)
+    compiled = compile_and_run(lambda b, gs, x: accumulate_separate_chunks(b, gs, x, out_dtype=torch.float32),
+                               torch.zeros(V, H), gs, x)
+    assert compiled.events("accumulate_pairs") == {"chains": 1, "pairs": 1}  # stacked, as off Hopper
+
+
 def test_the_pair_op_runs_two_steps_where_the_pair_kernel_does_not_apply(monkeypatch):
     def kernel(*args):
         raise AssertionError("the pair kernel ran")

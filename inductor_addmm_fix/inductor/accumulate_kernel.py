@@ -124,20 +124,14 @@ def addmm_pair_inplace_op() -> torch._ops.OpOverload:
                       {"CompositeExplicitAutograd": _addmm_pair_, "Meta": lambda self, *mats: self})
 
 
-def _hint(size: Any) -> int | None:
-    """A size's value without a guard: an int, or a symbolic size's hint; None if unknown."""
-    if isinstance(size, int):
-        return size
-    hint = getattr(getattr(size, "node", None), "hint", None)
-    return int(hint) if hint is not None else None
-
-
 def takes_pair(first: Any, second: Any) -> torch._ops.OpOverload | None:
     """For ``accumulate_pairs``: the op that accumulates two consecutive steps (FX nodes
     ``addmm(acc, a, b)`` then ``addmm(first, a2, b2)``) in one pass over the accumulator
     with each step's operands where they lie, where the pair kernel takes them: a
     Hopper GPU, dtypes it takes, both steps' rows within :func:`.hopper_accumulate.max_k`
     (sizes read from their hints where symbolic: each call checks its own).  Else None."""
+    from .passes.accumulate_pairs import size_hint
+
     val = lambda node: node.meta.get("val") if hasattr(node, "meta") else None  # noqa: E731
     acc, a, b, a2, b2 = (val(n) for n in (first.args[0], first.args[1], first.args[2], second.args[1], second.args[2]))
     result = val(second)
@@ -147,10 +141,7 @@ def takes_pair(first: Any, second: Any) -> torch._ops.OpOverload | None:
         return None
     if not (dtypes_supported(result.dtype, a.dtype, b.dtype) and a2.dtype == a.dtype and b2.dtype == b.dtype):
         return None
-    sizes = [_hint(s) for s in (*a.shape, b.shape[-1], a2.shape[-1])]
-    if any(s is None for s in sizes):
-        return None
-    m, k, n, k2 = sizes
+    m, k, n, k2 = (size_hint(s) for s in (*a.shape, b.shape[-1], a2.shape[-1]))
     return addmm_pair_op() if pair_sizes_supported(result.dtype, m, n, k, k2) else None
 
 

@@ -291,7 +291,7 @@ class _FakeValues:
         return self._stack.pop().__exit__(*exc)
 
 
-def _hint(size: Any) -> int:
+def size_hint(size: Any) -> int:
     """A size's value for the first compiled shape, without a guard (unknown: 8192, as
     Inductor assumes for unbacked sizes)."""
     if isinstance(size, int):
@@ -309,7 +309,7 @@ def _hint(size: Any) -> int:
 def _bytes(value: Any, dtype: torch.dtype | None = None) -> int:
     numel = 1
     for size in value.shape:
-        numel *= _hint(size)
+        numel *= size_hint(size)
     return numel * (dtype or value.dtype).itemsize
 
 
