@@ -36,7 +36,8 @@ def accumulate_kernel(g_desc, x_desc, c_desc, M, N, K,
 def accumulate_pair_kernel(g_desc, x_desc, g2_desc, x2_desc, c_desc, M, N, K, K2,
                            BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr):
     """``C += G.T @ X + G2.T @ X2``: two products, each operand read where it lies, summed
-    in one accumulator, C's tile added once."""
+    in one accumulator, C's tile added once.  Its K loops repeat ``accumulate_kernel``'s,
+    whose source stays as measured (docs/gpu-results.md)."""
     off_m, off_n = tile_offsets(tl.program_id(0), M, N, BM, BN, GROUP)
     acc = tl.zeros((BM, BN), dtype=tl.float32)
     for k in range(0, tl.cdiv(K, BK)):

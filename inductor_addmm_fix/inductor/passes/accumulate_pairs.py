@@ -377,9 +377,15 @@ def _merge(graph: fx.Graph, first: fx.Node, second: fx.Node) -> fx.Node | None:
         with mode:
             g_t.meta["val"] = aten.permute.default(g_cat.meta["val"], [1, 0])
             merged.meta["val"] = second.target(_val(first.args[0]), g_t.meta["val"], x_cat.meta["val"], *second.args[3:])
+    return _take_over(graph, first, second, merged, (merged, x_cat, g_t, g_cat))
+
+
+def _take_over(graph: fx.Graph, first: fx.Node, second: fx.Node, merged: fx.Node, made: tuple) -> fx.Node | None:
+    """``merged`` in place of ``first`` and ``second`` where its value has ``second``'s
+    shape, strides and dtype; else None, the nodes ``made`` for it erased."""
     want, got = _val(second), merged.meta["val"]
     if not (_same(got.shape, want.shape) and _same(got.stride(), want.stride()) and got.dtype == want.dtype):
-        for n in (merged, x_cat, g_t, g_cat):
+        for n in made:
             if not n.users:
                 graph.erase_node(n)
         return None
@@ -401,18 +407,7 @@ def _merge_split(graph: fx.Graph, first: fx.Node, second: fx.Node, op: Any) -> f
         merged = graph.call_function(op, args)
     with mode:
         merged.meta["val"] = op(*(_val(a) for a in args))
-    want, got = _val(second), merged.meta["val"]
-    if not (_same(got.shape, want.shape) and _same(got.stride(), want.stride()) and got.dtype == want.dtype):
-        graph.erase_node(merged)
-        return None
-    for key, value in second.meta.items():
-        if key != "val":
-            merged.meta.setdefault(key, value)
-    merged.meta[CHUNKS_PER_STEP] = first.meta.get(CHUNKS_PER_STEP, 1) + second.meta.get(CHUNKS_PER_STEP, 1)
-    second.replace_all_uses_with(merged)
-    graph.erase_node(second)
-    graph.erase_node(first)
-    return merged
+    return _take_over(graph, first, second, merged, (merged,))
 
 
 def _how(chain: list[fx.Node]) -> tuple[str, list]:
