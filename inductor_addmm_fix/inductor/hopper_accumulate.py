@@ -21,7 +21,10 @@ tensor (Liger's ``g.t()``), ``B`` and ``C`` row-major, 16-byte aligned rows, and
 shapes where it measured faster than cuBLAS (:func:`max_k`).  The result is the fp32 sum
 of C and the product, rounded once to C's dtype (cuBLAS: the same formula; the product's
 summation order differs, so the bits may).  Deterministic: each element of C is written
-by one program, once.  This module changes nothing in torch (``accumulate_kernel.py``
+by one program, once.  :func:`accumulate_pair` does the same for two products at once
+(``C += A @ B + A2 @ B2``, a merged pair of chunks each read where it lies, C read and
+written once), where :func:`supports_pair` finds each step one that :func:`supports`
+would take.  This module changes nothing in torch (``accumulate_kernel.py``
 routes Inductor's in-place accumulates here); the kernel's source,
 :mod:`.hopper_accumulate_triton`, is imported at its first launch (it imports Triton).
 """
