@@ -154,6 +154,31 @@ def blocks_at_peak(fn, tensors, clear, min_mib: float = 16.0) -> list:
     return [(where, size / 2**20, n) for where, size, n in rows]
 
 
+def gemm_floor_ms(bt: int, h: int, v: int, reps: int = 10) -> float:
+    """The step's GEMMs at cuBLAS's rate on their whole shapes: the logits ``x @ w.t()``,
+    ``grad_x = g @ w`` and ``grad_w = g.t() @ x`` each over all BT rows at once (bf16,
+    median of ``reps`` after a warm-up, CUDA events).  Chunking cannot make these
+    GEMMs faster, so their sum is the floor of a step that does them chunk by chunk."""
+    x = torch.randn(bt, h, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(v, h, device="cuda", dtype=torch.bfloat16)
+    g = torch.randn(bt, v, device="cuda", dtype=torch.bfloat16)
+    total = 0.0
+    for gemm in (lambda: x @ w.t(), lambda: g @ w, lambda: g.t() @ x):
+        gemm()
+        times = []
+        for _ in range(reps):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            gemm()
+            end.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end))
+        total += sorted(times)[reps // 2]
+    del x, w, g
+    torch.cuda.empty_cache()
+    return total
+
+
 @contextlib.contextmanager
 def accumulates_on_cublas():
     """The compiled graph's ``inductor_addmm_fix::accumulate_`` steps run cuBLAS (what the
@@ -224,11 +249,15 @@ def row(head: str, bt: int, accum, graph: str, args, package: str = "on") -> dic
     if args.profile:
         groups: dict = {}
         out["kernel_ms"], out["kernels"] = kernel_ms(fn, (xs, ws, ts), clear, groups)
-        out["eager_kernel_ms"], out["eager_kernels"] = kernel_ms(loss_fn, (x, w, t), clear)
+        eager_groups: dict = {}
+        out["eager_kernel_ms"], out["eager_kernels"] = kernel_ms(loss_fn, (x, w, t), clear, eager_groups)
         if args.kernels:
             out["kernel_groups"] = sorted(([k, ms, n] for k, (ms, n) in groups.items()), key=lambda r: -r[1])
+            out["eager_kernel_groups"] = sorted(([k, ms, n] for k, (ms, n) in eager_groups.items()), key=lambda r: -r[1])
             out["blocks_at_peak"] = blocks_at_peak(fn, (xs, ws, ts), clear)
     del fn, x, w, t, xs, ws, ts, results
+    if args.floor:
+        out["floor_ms"] = gemm_floor_ms(bt, h, v)
     torch._dynamo.reset()
     torch.cuda.empty_cache()
     return out
@@ -238,9 +267,9 @@ def print_table(rows: list) -> None:
     print(
         "| head | BT | accum | graph | package | eager ms | compiled ms | ratio | vs static | host ms | GPU kernel ms (eager / compiled) "
         "| extra GiB eager / compiled (bound) | compile s | graphs | grad error vs float64 eager / compiled (x; w) "
-        "| Hopper kernel launches | compiled, cuBLAS accumulates ms (ratio) |"
+        "| Hopper kernel launches | compiled, cuBLAS accumulates ms (ratio) | GEMM floor ms (compiled / floor) |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     static = {(r["head"], r["bt"], r["accum"], r["package"]): r["compiled_ms"] for r in rows if r["graph"] == "static"}
     for r in rows:
         base = static.get((r["head"], r["bt"], r["accum"], r["package"]))
@@ -248,31 +277,48 @@ def print_table(rows: list) -> None:
         kern = f"{r['eager_kernel_ms']:.1f} / {r['kernel_ms']:.1f}" if "kernel_ms" in r else "-"
         cublas = (f"{r['cublas_accumulates_ms']:.2f} ({r['cublas_accumulates_ms'] / r['eager_ms']:.3f})"
                   if "cublas_accumulates_ms" in r else "-")
+        floor = f"{r['floor_ms']:.2f} ({r['compiled_ms'] / r['floor_ms']:.3f})" if "floor_ms" in r else "-"
         e, c = r["eager_error"], r["compiled_error"]
         print(
             f"| {r['head']} | {r['bt']} | {r['accum']} | {r['graph']} | {r['package']} | {r['eager_ms']:.2f} | "
             f"{r['compiled_ms']:.2f} | {r['ratio']:.3f} | {vs} | {r['host_ms']:.1f} | {kern} | "
             f"{r['eager_gib']:.3f} / {r['compiled_gib']:.3f} ({r['memory_bound_gib']:.3f}) | {r['compile_s']:.1f} | "
             f"{r['graphs']} | {e['grad_x']:.1e}; {e['grad_w']:.1e} / {c['grad_x']:.1e}; {c['grad_w']:.1e} | "
-            f"{r.get('kernel_launches', '-')} | {cublas} |"
+            f"{r.get('kernel_launches', '-')} | {cublas} | {floor} |"
         )
 
 
+def print_group_differences(title: str, after: list, before: list, top: int) -> None:
+    """The kernel groups ([name, ms, launches]) whose GPU time differs most between two
+    profiled steps, ``after`` minus ``before``."""
+    a = {k: (ms, n) for k, ms, n in before}
+    b = {k: (ms, n) for k, ms, n in after}
+    diff = sorted(((b.get(k, (0, 0))[0] - a.get(k, (0, 0))[0], k) for k in set(a) | set(b)), key=lambda d: -abs(d[0]))
+    print(f"\n## {title}")
+    for d, k in diff[:top]:
+        print(f"{d:+9.3f}  {b.get(k, (0, 0))[1]:5d} vs {a.get(k, (0, 0))[1]:5d}  {k}")
+
+
 def print_kernel_differences(rows: list, top: int = 12) -> None:
-    """Per compiled row with --kernels, the kernel groups whose GPU time differs most
-    from the static graph's of the same head, BT and accum."""
+    """Per row with --kernels, the kernel groups whose GPU time differs most: the static
+    graph's against eager's, every other graph's against the static graph's of the same
+    head, BT and accum."""
     static = {(r["head"], r["bt"], r["accum"], r["package"]): r for r in rows if r["graph"] == "static" and "kernel_groups" in r}
     for r in rows:
-        base = static.get((r["head"], r["bt"], r["accum"], r["package"]))
-        if r["graph"] == "static" or base is None or "kernel_groups" not in r:
+        if "kernel_groups" not in r:
             continue
-        a = {k: (ms, n) for k, ms, n in base["kernel_groups"]}
-        b = {k: (ms, n) for k, ms, n in r["kernel_groups"]}
-        diff = sorted(((b.get(k, (0, 0))[0] - a.get(k, (0, 0))[0], k) for k in set(a) | set(b)), key=lambda d: -abs(d[0]))
-        print(f"\n## {r['head']} BT={r['bt']} accum={r['accum']}: {r['graph']} - static, GPU ms per kernel group "
-              f"(total {r['kernel_ms'] - base['kernel_ms']:+.2f} ms; launches {r['kernels']} vs {base['kernels']})")
-        for d, k in diff[:top]:
-            print(f"{d:+9.3f}  {b.get(k, (0, 0))[1]:5d} vs {a.get(k, (0, 0))[1]:5d}  {k}")
+        what = f"{r['head']} BT={r['bt']} accum={r['accum']}"
+        if r["graph"] == "static":
+            print_group_differences(
+                f"{what}: static compiled - eager, GPU ms per kernel group (total {r['kernel_ms'] - r['eager_kernel_ms']:+.2f} ms; "
+                f"launches {r['kernels']} vs {r['eager_kernels']})", r["kernel_groups"], r["eager_kernel_groups"], top)
+            continue
+        base = static.get((r["head"], r["bt"], r["accum"], r["package"]))
+        if base is None:
+            continue
+        print_group_differences(
+            f"{what}: {r['graph']} - static, GPU ms per kernel group (total {r['kernel_ms'] - base['kernel_ms']:+.2f} ms; "
+            f"launches {r['kernels']} vs {base['kernels']})", r["kernel_groups"], base["kernel_groups"], top)
         for label, row in (("static", base), (r["graph"], r)):
             print(f"# blocks alive at the peak, {label}: " + "; ".join(f"{w} {mib:.0f} MiB x{n}" for w, mib, n in row.get("blocks_at_peak", [])[:8]))
 
@@ -294,6 +340,8 @@ def main(argv=None) -> int:
                    help="also time each compiled step with its accumulates on cuBLAS instead of the Hopper kernel (same graph)")
     p.add_argument("--pair-budget-mib", type=float, metavar="MIB",
                    help="accumulate_pairs' memory budget floor for every row (default: the package's, 64 MiB)")
+    p.add_argument("--floor", action="store_true",
+                   help="also the step's GEMMs on cuBLAS over all BT rows at once (the floor of a chunked step), and compiled / floor")
     p.add_argument("--json", help="write every row here, as each completes")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
