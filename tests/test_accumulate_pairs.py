@@ -3,6 +3,7 @@ accumulator once per two chunks: one ``addmm`` over both chunks' rows, the same 
 another order (fp32 stays fp32), and every chunk's logits matmul still in chunk order."""
 
 import re
+import warnings
 
 import pytest
 import torch
@@ -196,6 +197,54 @@ def test_the_floor_budget_merges_small_chunks():
     graph = graph_of(separate_chunks_chain, *separate_chunks_args())
     assert accumulate_pairs.budget(accumulate_pairs.chains(graph)[0]) == accumulate_pairs.FLOOR_BYTES
     assert accumulate_pairs.accumulate_in_pairs(graph) == 1
+
+
+def test_the_budget_variable_takes_the_place_of_the_bound(monkeypatch):
+    graph = graph_of(separate_chunks_chain, *separate_chunks_args())
+    (chain,) = accumulate_pairs.chains(graph)
+    monkeypatch.setenv(accumulate_pairs.BUDGET_VARIABLE, "0.5")
+    assert accumulate_pairs.budget(chain) == 2**19
+
+
+def test_a_budget_variable_of_zero_leaves_pairs_that_cost_memory_alone(monkeypatch):
+    monkeypatch.setenv(accumulate_pairs.BUDGET_VARIABLE, "0")
+    graph = graph_of(separate_chunks_chain, *separate_chunks_args())  # merged under the default floor
+    assert accumulate_pairs.accumulate_in_pairs(graph) == 0
+    assert len(accumulations(graph)) == 2
+
+
+def test_a_budget_variable_over_a_pair_s_cost_merges_it(no_memory_floor, monkeypatch):
+    graph = graph_of(separate_chunks_chain, *separate_chunks_args())  # over the budget without it
+    (chain,) = accumulate_pairs.chains(graph)
+    monkeypatch.setenv(accumulate_pairs.BUDGET_VARIABLE, str(accumulate_pairs.pair_cost(*chain) / 2**20))
+    assert accumulate_pairs.accumulate_in_pairs(graph) == 1
+
+
+def test_a_narrowing_cast_still_pays_for_pairs_under_a_budget_variable_of_zero(monkeypatch):
+    monkeypatch.setenv(accumulate_pairs.BUDGET_VARIABLE, "0")
+    wide = 8 * CHUNK
+    graph = graph_of(lambda *a: separate_chunks_chain(*a).to(torch.bfloat16), *separate_chunks_args(wide))
+    assert accumulate_pairs.budget(accumulate_pairs.chains(graph)[0]) == V * wide * 2
+
+
+@pytest.mark.parametrize("value", ["lots", "-1", "nan", "inf"])
+def test_a_budget_variable_that_is_not_a_size_warns_once_and_keeps_the_default(value, monkeypatch):
+    monkeypatch.setattr(accumulate_pairs, "_warned_values", set())
+    monkeypatch.setenv(accumulate_pairs.BUDGET_VARIABLE, value)
+    graph = graph_of(separate_chunks_chain, *separate_chunks_args())
+    (chain,) = accumulate_pairs.chains(graph)
+    with pytest.warns(RuntimeWarning, match=accumulate_pairs.BUDGET_VARIABLE):
+        assert accumulate_pairs.budget(chain) == accumulate_pairs.FLOOR_BYTES
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert accumulate_pairs.budget(chain) == accumulate_pairs.FLOOR_BYTES
+
+
+def test_the_budget_variable_is_part_of_the_graph_cache_key(monkeypatch):
+    monkeypatch.delenv(accumulate_pairs.BUDGET_VARIABLE, raising=False)
+    default = accumulate_pairs.cache_settings()
+    monkeypatch.setenv(accumulate_pairs.BUDGET_VARIABLE, "128")
+    assert accumulate_pairs.cache_settings() != default
 
 
 def test_symbolic_sizes_are_costed_at_their_hints_without_a_warning():

@@ -32,7 +32,10 @@ A feature that can accumulate a pair with each chunk's operands where they lie r
 a splitter in :data:`SPLITTERS` (``accumulate_kernel`` on Hopper GPUs: one kernel, one
 pass over the accumulator); a pair it takes becomes its op instead of a ``cat``, costing
 only the waiting chunk.  A chain is merged where its pairs' extra memory fits
-:func:`budget` (the split form first, then the ``cat``), else left alone.  Counted in
+:func:`budget` (the split form first, then the ``cat``), else left alone.  The budget is
+``max(64 MiB, 5%`` of the accumulator), the bound the package holds a compiled step to
+against eager's memory; ``INDUCTOR_ADDMM_FIX_PAIR_BUDGET_MIB`` sets another (more where
+memory can be traded for speed, 0 for none), read at each compile.  Counted in
 ``torch._dynamo.utils.counters["inductor_addmm_fix"]``: ``accumulate_pairs:chains``,
 ``accumulate_pairs:pairs``, ``accumulate_pairs:split`` (pairs merged by a splitter's op),
 ``accumulate_pairs:over_budget`` (chains left alone for memory) and
@@ -45,6 +48,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
+import os
+import warnings
 from typing import Any, Callable
 
 import torch
@@ -68,6 +74,11 @@ RETIRED_BY = "none: an optimization across eager calls"
 # eager (docs/gpu-results.md).
 FLOOR_BYTES = 64 << 20
 ACCUMULATOR_SHARE = 0.05
+#: The environment variable that sets the extra memory, in MiB, a merged pair may take in
+#: place of that bound: more where the memory is there to trade for speed (a chunk of
+#: Liger's logits that is over the bound: docs/gpu-results.md), 0 for none.
+BUDGET_VARIABLE = "INDUCTOR_ADDMM_FIX_PAIR_BUDGET_MIB"
+_warned_values: set = set()
 
 #: name -> ``takes(first, second)``: the op (``op(acc, a, b, a2, b2)``) that accumulates a
 #: pair of steps with each step's operands where they lie, or None where it does not take
@@ -77,8 +88,32 @@ SPLITTERS: dict[str, Callable[[fx.Node, fx.Node], Any]] = {}
 
 def cache_settings() -> tuple:
     """What the pass's output depends on besides its source and the graph (the FX graph
-    cache keys on it): the budget's constants and the splitters registered."""
-    return (FLOOR_BYTES, ACCUMULATOR_SHARE, tuple(sorted(SPLITTERS)))
+    cache keys on it): the budget's constants, the budget the environment sets, and the
+    splitters registered."""
+    return (FLOOR_BYTES, ACCUMULATOR_SHARE, budget_from_environment(), tuple(sorted(SPLITTERS)))
+
+
+def budget_from_environment() -> int | None:
+    """The bytes :data:`BUDGET_VARIABLE` sets (a number of MiB, 0 or more), or None where it
+    is unset or empty; any other value is ignored with one warning per value."""
+    raw = os.environ.get(BUDGET_VARIABLE, "").strip()
+    if not raw:
+        return None
+    try:
+        mib = float(raw)
+    except ValueError:
+        mib = -1.0
+    if mib >= 0 and math.isfinite(mib):
+        return int(mib * 2**20)
+    if raw not in _warned_values:
+        _warned_values.add(raw)
+        message = (f"inductor_addmm_fix: {BUDGET_VARIABLE}={raw!r} is not a number of MiB (0 or more); "
+                   f"merged pairs keep the default budget (max(64 MiB, 5% of the accumulator))")
+        try:
+            warnings.warn(message, RuntimeWarning, stacklevel=2)
+        except Exception:  # -W error: compiling never raises for it
+            log.warning("%s", message)
+    return None
 
 
 def _count(what: str, n: int = 1) -> None:
@@ -351,7 +386,12 @@ def splitter(first: fx.Node, second: fx.Node) -> Any:
 
 
 def budget(chain: list[fx.Node]) -> int:
-    """The extra memory a pair of ``chain`` may take (see the module's docstring)."""
+    """The extra memory a pair of ``chain`` may take: ``max(FLOOR_BYTES,
+    ACCUMULATOR_SHARE`` of the accumulator), or what :data:`BUDGET_VARIABLE` sets; and at
+    least what a narrowing cast of the result allocates at the peak anyway."""
+    chosen = budget_from_environment()
+    if chosen is not None:
+        return max(chosen, _narrowing_cast_bytes(chain[-1]))
     accumulator = _val(chain[-1])
     share = int(ACCUMULATOR_SHARE * _bytes(accumulator)) if accumulator is not None else 0
     return max(FLOOR_BYTES, share, _narrowing_cast_bytes(chain[-1]))
