@@ -339,7 +339,8 @@ def main(argv=None) -> int:
     p.add_argument("--cublas-too", action="store_true",
                    help="also time each compiled step with its accumulates on cuBLAS instead of the Hopper kernel (same graph)")
     p.add_argument("--pair-budget-mib", type=float, metavar="MIB",
-                   help="accumulate_pairs' memory budget floor for every row (default: the package's, 64 MiB)")
+                   help="the extra memory a merged pair may take, as INDUCTOR_ADDMM_FIX_PAIR_BUDGET_MIB sets it "
+                   "(default: the package's bound, max(64 MiB, 5%% of the accumulator))")
     p.add_argument("--floor", action="store_true",
                    help="also the step's GEMMs on cuBLAS over all BT rows at once (the floor of a chunked step), and compiled / floor")
     p.add_argument("--json", help="write every row here, as each completes")
@@ -357,10 +358,12 @@ def main(argv=None) -> int:
         cases += [(head, int(bt)) for bt in bts.split(",")]
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, inductor_addmm_fix {inductor_addmm_fix.__version__}", flush=True)
     if args.pair_budget_mib is not None:
+        import os
+
         from inductor_addmm_fix.inductor.passes import accumulate_pairs
 
-        accumulate_pairs.FLOOR_BYTES = int(args.pair_budget_mib * 2**20)
-        print(f"# accumulate_pairs budget floor: {args.pair_budget_mib} MiB", flush=True)
+        os.environ[accumulate_pairs.BUDGET_VARIABLE] = str(args.pair_budget_mib)
+        print(f"# {accumulate_pairs.BUDGET_VARIABLE}={args.pair_budget_mib}", flush=True)
     rows = []
     for head, bt in cases:
         for accum_name in args.accum:
