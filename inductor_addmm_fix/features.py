@@ -27,10 +27,10 @@ from __future__ import annotations
 class Feature:
     """A feature: its name and the modules that make it up."""
 
-    __slots__ = ("name", "core", "inductor", "self_tests", "machinery", "needs", "idle_here")
+    __slots__ = ("name", "core", "inductor", "self_tests", "machinery", "needs", "idle_here", "settings")
 
     def __init__(self, name, *, core=(), inductor=(), self_tests=None, machinery=("cache_key",), needs=(),
-                 idle_here=None):
+                 idle_here=None, settings=None):
         self.name = name
         self.needs = tuple(needs)  # features it builds on (earlier in the table): off while one of them is
         self.core = tuple(core)  # patch modules of torch core, in the order they plan
@@ -40,6 +40,9 @@ class Feature:
         # "module:function" for a feature that acts on some hardware only: None where it
         # can act in this process, else why not (the status shows it beside "applied")
         self.idle_here = idle_here
+        # "module:function" for a feature a setting changes: None where it runs as by
+        # default, else what is set (the status shows it beside "applied")
+        self.settings = settings
 
     def __repr__(self) -> str:
         return f"Feature({self.name!r})"
@@ -69,7 +72,8 @@ FEATURE_TABLE = (
     # Chunked accumulation loops keep their chunk order (post-grad pass).
     Feature("chunk_order", inductor=("inductor.passes.chunk_order",), machinery=("post_grad_slot", "cache_key")),
     # Chunked accumulations update their accumulator once per two chunks (post-grad pass).
-    Feature("accumulate_pairs", inductor=("inductor.passes.accumulate_pairs",), machinery=("post_grad_slot", "cache_key")),
+    Feature("accumulate_pairs", inductor=("inductor.passes.accumulate_pairs",), machinery=("post_grad_slot", "cache_key"),
+            settings="inductor.passes.accumulate_pairs:settings"),
     # A user Triton kernel writing a view gets a copy of the view, not of its storage.
     Feature("triton_clones", inductor=("triton_kernels.clones",)),
     # Float arguments of user Triton kernels are read at run time, not specialized.

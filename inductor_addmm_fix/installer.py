@@ -188,21 +188,33 @@ def _run(target: str):
     return getattr(importlib.import_module(f"{__package__}.{module}"), function)()
 
 
-def idle_here() -> dict[str, str]:
-    """The applied features that cannot act in this process (a kernel for hardware not
-    present), each with why."""
-    idle = {}
+def _applied_reports(hook: str) -> dict[str, str]:
+    """Per applied feature with a ``hook`` ("module:function"), what it returns where
+    that is not None (a status never raises for it)."""
+    out = {}
     for name, state in status().features.items():
-        target = F.BY_NAME[name].idle_here
+        target = getattr(F.BY_NAME[name], hook)
         if state != "applied" or target is None:
             continue
         try:
-            why = _run(target)
-        except Exception as error:  # a status never raises for it
-            why = f"cannot tell ({type(error).__name__}: {error})"
-        if why:
-            idle[name] = why
-    return idle
+            said = _run(target)
+        except Exception as error:
+            said = f"cannot tell ({type(error).__name__}: {error})"
+        if said:
+            out[name] = said
+    return out
+
+
+def idle_here() -> dict[str, str]:
+    """The applied features that cannot act in this process (a kernel for hardware not
+    present), each with why."""
+    return _applied_reports("idle_here")
+
+
+def settings() -> dict[str, str]:
+    """The applied features that a setting changes from their default, each with what is
+    set."""
+    return _applied_reports("settings")
 
 
 def _restore(applied: _Applied) -> None:

@@ -247,6 +247,32 @@ def test_the_budget_variable_is_part_of_the_graph_cache_key(monkeypatch):
     assert accumulate_pairs.cache_settings() != default
 
 
+def status_line(capsys) -> str:
+    from inductor_addmm_fix import cli
+
+    assert cli.main([]) == 0
+    return next(l for l in capsys.readouterr().out.splitlines() if l.startswith("  accumulate_pairs "))
+
+
+def test_the_status_shows_the_budget_the_variable_sets(monkeypatch, capsys):
+    monkeypatch.setenv(accumulate_pairs.BUDGET_VARIABLE, "80")
+    assert status_line(capsys).endswith(f"; pair budget 80 MiB ({accumulate_pairs.BUDGET_VARIABLE})")
+
+
+def test_the_status_says_a_budget_value_that_is_not_a_size_is_ignored(monkeypatch, capsys):
+    monkeypatch.setenv(accumulate_pairs.BUDGET_VARIABLE, "lots")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        line = status_line(capsys)
+    assert not [w for w in caught if accumulate_pairs.BUDGET_VARIABLE in str(w.message)]  # reported, not warned
+    assert line.endswith(f"; {accumulate_pairs.BUDGET_VARIABLE}='lots' ignored")
+
+
+def test_without_the_variable_the_status_says_only_applied(monkeypatch, capsys):
+    monkeypatch.delenv(accumulate_pairs.BUDGET_VARIABLE, raising=False)
+    assert re.search(r"applied \(\d+ patch(es)?\)$", status_line(capsys))
+
+
 def test_symbolic_sizes_are_costed_at_their_hints_without_a_warning():
     import warnings
 

@@ -76,6 +76,7 @@ def test_status_json_in_any_position_is_complete(capsys, argv):
                                      "fresh interpreters"}
     assert "git_revision" in report
     assert set(report["idle_here"]) <= {name for name, state in report["features"].items() if state == "applied"}
+    assert set(report["settings"]) <= {name for name, state in report["features"].items() if state == "applied"}
 
 
 def test_status_with_the_switch_off_says_so_and_exits_1():

@@ -65,13 +65,15 @@ def feature_states(report) -> dict[str, str]:
     """Each feature's state, with the variable named when it turned everything off."""
     if not enabled_by_env():
         return {name: f"off ({VARIABLE}={os.environ.get(VARIABLE)})" for name in report.features}
-    from ..installer import idle_here
+    from ..installer import idle_here, settings
 
-    states, idle = {}, idle_here()
+    states, idle, settings_ = {}, idle_here(), settings()
     for name, state in report.features.items():
         if state == "applied":
             count = sum(1 for p in report.patches if p.feature == name and p.applied)
             state = f"applied ({count} patch{'es' if count != 1 else ''})"
+            if name in settings_:
+                state += f"; {settings_[name]}"
             if name in idle:
                 state += f"; idle: {idle[name]}"
         states[name] = state
@@ -171,9 +173,9 @@ def run(as_json: bool, verbose: bool = False) -> int:
         from .revision import git_revision
 
         unimportable = None if inductor_error is None else f"{type(inductor_error).__name__}: {inductor_error}"
-        from ..installer import idle_here
+        from ..installer import idle_here, settings
 
-        print(json.dumps({**report.as_dict(), "summary": headline(report), "idle_here": idle_here(),
+        print(json.dumps({**report.as_dict(), "summary": headline(report), "idle_here": idle_here(), "settings": settings(),
                           "git_revision": git_revision(),
                           "inductor_import_error": unimportable, "routes": _routes_report()}, indent=2))
     else:

@@ -93,19 +93,24 @@ def cache_settings() -> tuple:
     return (FLOOR_BYTES, ACCUMULATOR_SHARE, budget_from_environment(), tuple(sorted(SPLITTERS)))
 
 
-def budget_from_environment() -> int | None:
-    """The bytes :data:`BUDGET_VARIABLE` sets (a number of MiB, 0 or more), or None where it
-    is unset or empty; any other value is ignored with one warning per value."""
-    raw = os.environ.get(BUDGET_VARIABLE, "").strip()
-    if not raw:
-        return None
+def _budget_bytes(raw: str) -> int | None:
+    """The bytes a value of :data:`BUDGET_VARIABLE` sets: a number of MiB, 0 or more;
+    None for anything else."""
     try:
         mib = float(raw)
     except ValueError:
-        mib = -1.0
-    if mib >= 0 and math.isfinite(mib):
-        return int(mib * 2**20)
-    if raw not in _warned_values:
+        return None
+    return int(mib * 2**20) if mib >= 0 and math.isfinite(mib) else None
+
+
+def budget_from_environment() -> int | None:
+    """The bytes :data:`BUDGET_VARIABLE` sets, or None where it is unset or empty; any
+    other value is ignored with one warning per value."""
+    raw = os.environ.get(BUDGET_VARIABLE, "").strip()
+    if not raw:
+        return None
+    chosen = _budget_bytes(raw)
+    if chosen is None and raw not in _warned_values:
         _warned_values.add(raw)
         message = (f"inductor_addmm_fix: {BUDGET_VARIABLE}={raw!r} is not a number of MiB (0 or more); "
                    f"merged pairs keep the default budget (max(64 MiB, 5% of the accumulator))")
@@ -113,7 +118,18 @@ def budget_from_environment() -> int | None:
             warnings.warn(message, RuntimeWarning, stacklevel=2)
         except Exception:  # -W error: compiling never raises for it
             log.warning("%s", message)
-    return None
+    return chosen
+
+
+def settings() -> str | None:
+    """What the status shows beside "applied": the budget the environment sets, if any."""
+    raw = os.environ.get(BUDGET_VARIABLE, "").strip()
+    if not raw:
+        return None
+    chosen = _budget_bytes(raw)
+    if chosen is None:
+        return f"{BUDGET_VARIABLE}={raw!r} ignored"
+    return f"pair budget {chosen / 2**20:g} MiB ({BUDGET_VARIABLE})"
 
 
 def _count(what: str, n: int = 1) -> None:
