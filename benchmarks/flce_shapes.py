@@ -157,23 +157,15 @@ def blocks_at_peak(fn, tensors, clear, min_mib: float = 16.0) -> list:
 def gemm_floor_ms(bt: int, h: int, v: int, reps: int = 10) -> float:
     """The step's GEMMs at cuBLAS's rate on their whole shapes: the logits ``x @ w.t()``,
     ``grad_x = g @ w`` and ``grad_w = g.t() @ x`` each over all BT rows at once (bf16,
-    median of ``reps`` after a warm-up, CUDA events).  Chunking cannot make these
-    GEMMs faster, so their sum is the floor of a step that does them chunk by chunk."""
+    median of ``reps`` after warm-up, CUDA events): the floor a chunked step is held
+    against.  Chunks of 1024 rows and more run their GEMMs at about this rate
+    (docs/gpu-results.md)."""
+    from accumulate_k import median_ms
+
     x = torch.randn(bt, h, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(v, h, device="cuda", dtype=torch.bfloat16)
     g = torch.randn(bt, v, device="cuda", dtype=torch.bfloat16)
-    total = 0.0
-    for gemm in (lambda: x @ w.t(), lambda: g @ w, lambda: g.t() @ x):
-        gemm()
-        times = []
-        for _ in range(reps):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            gemm()
-            end.record()
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(end))
-        total += sorted(times)[reps // 2]
+    total = sum(median_ms(gemm, reps) for gemm in (lambda: x @ w.t(), lambda: g @ w, lambda: g.t() @ x))
     del x, w, g
     torch.cuda.empty_cache()
     return total
@@ -342,7 +334,8 @@ def main(argv=None) -> int:
                    help="the extra memory a merged pair may take, as INDUCTOR_ADDMM_FIX_PAIR_BUDGET_MIB sets it "
                    "(default: the package's bound, max(64 MiB, 5%% of the accumulator))")
     p.add_argument("--floor", action="store_true",
-                   help="also the step's GEMMs on cuBLAS over all BT rows at once (the floor of a chunked step), and compiled / floor")
+                   help="also the step's GEMMs on cuBLAS over all BT rows at once (the floor a chunked step is held against), "
+                   "and compiled / floor")
     p.add_argument("--json", help="write every row here, as each completes")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
