@@ -158,7 +158,7 @@ def gemm_floor_ms(bt: int, h: int, v: int, reps: int = 10) -> float:
     """The step's GEMMs at cuBLAS's rate on their whole shapes: the logits ``x @ w.t()``,
     ``grad_x = g @ w`` and ``grad_w = g.t() @ x`` each over all BT rows at once (bf16,
     median of ``reps`` after warm-up, CUDA events): the floor a chunked step is held
-    against.  Chunks of 1024 rows and more run their GEMMs at about this rate
+    against.  Chunks of 1024 rows ran their GEMMs at about this rate
     (docs/gpu-results.md)."""
     from accumulate_k import median_ms
 
