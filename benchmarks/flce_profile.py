@@ -2,8 +2,8 @@
 
 For each accum dtype: the kernels of warmed-up forward+backward steps (eager and compiled
 in turn, medians over rounds), grouped by name and by kind (GEMM, Liger's kernel, the
-rest), with their GPU time and the GPU's idle time within the step (torch.profiler),
-and the blocks alive at the step's memory peak with the Python frame that allocated
+rest), with their GPU time and the GPU's idle time within the step (torch.profiler;
+the longest waits between two kernels, and which), and the blocks alive at the step's memory peak with the Python frame that allocated
 them (the CUDA caching allocator's history; for compiled code the frame is a line of
 Inductor's generated wrapper).
 
@@ -50,7 +50,7 @@ def kernel_table(step, clear, top: int):
             r = rows[evt.name[:90]]
             r[0] += evt.device_time / 1e3  # us -> ms
             r[1] += 1
-            spans.append((evt.time_range.start, evt.time_range.end))
+            spans.append((evt.time_range.start, evt.time_range.end, evt.name[:60]))
     total = sum(r[0] for r in rows.values())
     ranked = sorted(rows.items(), key=lambda kv: -kv[1][0])
     by_category = collections.defaultdict(lambda: [0.0, 0])
@@ -58,24 +58,26 @@ def kernel_table(step, clear, top: int):
         c = by_category[category(name)]
         c[0] += ms
         c[1] += n
-    return total, idle_ms(spans), [(name, ms, n) for name, (ms, n) in ranked[:top]], dict(by_category)
+    gaps = idle_gaps(spans)
+    return (total, sum(ms for ms, _, _ in gaps), [(name, ms, n) for name, (ms, n) in ranked[:top]], dict(by_category),
+            sorted(gaps, reverse=True)[:5])
 
 
-def idle_ms(spans) -> float:
-    """GPU time with no kernel running between the step's first and last kernel: the
-    host not keeping up (launch overhead, guards, a graph break after a sync)."""
+def idle_gaps(spans) -> list:
+    """[(ms, kernel before, kernel after)] for each stretch of the step, between its first
+    and last kernel, when no kernel ran: the host not keeping up (launch overhead, guards,
+    a graph break after a sync).  ``spans``: (start us, end us, name) of each kernel."""
+    gaps = []
     if not spans:
-        return 0.0
+        return gaps
     spans.sort()
-    busy, (cur_start, cur_end) = 0.0, spans[0]
-    for start, end in spans[1:]:
+    cur_end, last = spans[0][1], spans[0][2]
+    for start, end, name in spans[1:]:
         if start > cur_end:
-            busy += cur_end - cur_start
-            cur_start, cur_end = start, end
-        else:
-            cur_end = max(cur_end, end)
-    busy += cur_end - cur_start
-    return (spans[-1][1] - spans[0][0] - busy) / 1e3 if spans[-1][1] >= spans[0][0] else 0.0
+            gaps.append(((start - cur_end) / 1e3, last, name))
+        if end >= cur_end:
+            cur_end, last = end, name
+    return gaps
 
 
 def _frame(frames) -> str:
@@ -164,11 +166,15 @@ def main(argv=None) -> int:
             print(f"{'ms':>9} {'calls':>6}  kernel (last step)")
             for name, ms, n in rounds[mode][-1][2]:
                 print(f"{ms:9.3f} {n:6d}  {name}")
+            print(f"{'idle ms':>9}  the longest waits of the last step, between kernels")
+            for ms, before, after in rounds[mode][-1][4]:
+                print(f"{ms:9.3f}  {before} -> {after}")
             print(f"{'MiB':>9} {'count':>6}  alive at the peak, allocated at")
             for where, size, n in blocks:
                 print(f"{size / MiB:9.1f} {n:6d}  {where}")
             report.append(dict(accum=label, mode=mode, bt=args.bt, rounds=args.rounds, kernel_ms=total, idle_ms=idle,
-                               categories=cats, kernels=rounds[mode][-1][2], peak_gib=peak / 2**30, blocks=blocks))
+                               categories=cats, kernels=rounds[mode][-1][2], peak_gib=peak / 2**30, blocks=blocks,
+                               longest_waits=rounds[mode][-1][4]))
         (te, ie, ce, _), (tc, ic, cc, _) = summary["eager"], summary["compiled"]
         print(f"\n### accum_dtype={label}: compiled - eager, medians (ms): kernels {tc - te:+.3f} "
               f"(gemm {cc['gemm'][0] - ce['gemm'][0]:+.3f}, liger {cc['liger'][0] - ce['liger'][0]:+.3f}, "
