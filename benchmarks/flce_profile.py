@@ -3,9 +3,9 @@
 For each accum dtype: the kernels of warmed-up forward+backward steps (eager and compiled
 in turn, medians over rounds), grouped by name and by kind (GEMM, Liger's kernel, the
 rest), with their GPU time and the GPU's idle time within the step (torch.profiler;
-the longest waits between two kernels, and which), and the blocks alive at the step's memory peak with the Python frame that allocated
-them (the CUDA caching allocator's history; for compiled code the frame is a line of
-Inductor's generated wrapper).
+the longest waits between two kernels, and which), and the blocks alive at the step's
+memory peak with the Python frame that allocated them (the CUDA caching allocator's
+history; for compiled code the frame is a line of Inductor's generated wrapper).
 
     python benchmarks/flce_profile.py --bt 8192 [--rounds 7] [--top 15] [--json out.json]
 
