@@ -93,6 +93,11 @@ def cache_settings() -> tuple:
     return (FLOOR_BYTES, ACCUMULATOR_SHARE, budget_from_environment(), tuple(sorted(SPLITTERS)))
 
 
+def _budget_value() -> str:
+    """The value of :data:`BUDGET_VARIABLE`, stripped ("" when unset)."""
+    return os.environ.get(BUDGET_VARIABLE, "").strip()
+
+
 def _budget_bytes(raw: str) -> int | None:
     """The bytes a value of :data:`BUDGET_VARIABLE` sets: a number of MiB, 0 or more;
     None for anything else."""
@@ -106,7 +111,7 @@ def _budget_bytes(raw: str) -> int | None:
 def budget_from_environment() -> int | None:
     """The bytes :data:`BUDGET_VARIABLE` sets, or None where it is unset or empty; any
     other value is ignored with one warning per value."""
-    raw = os.environ.get(BUDGET_VARIABLE, "").strip()
+    raw = _budget_value()
     if not raw:
         return None
     chosen = _budget_bytes(raw)
@@ -123,7 +128,7 @@ def budget_from_environment() -> int | None:
 
 def settings() -> str | None:
     """What the status shows beside "applied": the budget the environment sets, if any."""
-    raw = os.environ.get(BUDGET_VARIABLE, "").strip()
+    raw = _budget_value()
     if not raw:
         return None
     chosen = _budget_bytes(raw)
