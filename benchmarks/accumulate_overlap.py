@@ -23,7 +23,7 @@ import sys
 
 import torch
 from accumulate_k import median_ms
-from flce_shapes import HEADS, liger_chunk
+from flce_shapes import HEADS, liger_chunk, parse_cases
 
 
 def operands(h: int, v: int, k: int, c_dtype: torch.dtype) -> dict:
@@ -68,8 +68,7 @@ def ways(t: dict, side: torch.cuda.Stream) -> dict:
         "one stream (cuBLAS)": lambda: (grad_input(), cublas()),
         "two streams (cuBLAS)": two_streams(cublas),
     }
-    on_hopper = torch.cuda.get_device_capability() == (9, 0)
-    if on_hopper and hopper_accumulate.triton_supported() is None and hopper_accumulate.sizes_supported(
+    if hopper_accumulate.on_hopper(c.device) and hopper_accumulate.triton_supported() is None and hopper_accumulate.sizes_supported(
             c.dtype, c.shape[0], c.shape[1], g.shape[0]):
         out["accumulate alone (kernel)"] = kernel
         out["one stream (kernel)"] = lambda: (grad_input(), kernel())
@@ -85,10 +84,10 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("needs CUDA")
         return 2
-    cases = []
-    for spec in args.case or [f"{head}:8192,16384" for head in HEADS]:
-        head, _, bts = spec.partition(":")
-        cases += [(head, int(bt)) for bt in bts.split(",")]
+    try:
+        cases = parse_cases(args.case or [f"{head}:8192,16384" for head in HEADS])
+    except ValueError as error:
+        p.error(str(error))
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}; median ms of {args.reps}")
     print("| head | BT | K | C | grad_input alone | accumulate alone | one stream | two streams | two / one "
           "| two / max(alone) | accumulate by |")

@@ -64,6 +64,20 @@ def liger_chunk(h: int, v: int, rows: int) -> int:
     return min(1 << (-(-rows // -(-v // h)) - 1).bit_length(), rows)
 
 
+def parse_cases(specs) -> list[tuple[str, int]]:
+    """[(head, BT)] of ``HEAD:BT[,BT...]`` specs; ValueError naming a spec that is not one."""
+    cases = []
+    for spec in specs:
+        head, _, bts = spec.partition(":")
+        try:
+            if head not in HEADS or not bts:
+                raise ValueError
+            cases += [(head, int(bt)) for bt in bts.split(",")]
+        except ValueError:
+            raise ValueError(f"--case {spec}: expected HEAD:BT[,BT...] with HEAD one of {', '.join(HEADS)}") from None
+    return cases
+
+
 def inputs(bt: int, h: int, v: int, seed: int):
     g = torch.Generator(device="cuda").manual_seed(seed)
     x = torch.randn(bt, h, device="cuda", dtype=torch.bfloat16, generator=g).requires_grad_()
@@ -343,12 +357,10 @@ def main(argv=None) -> int:
         return 2
     import inductor_addmm_fix
 
-    cases = []
-    for spec in args.case or DEFAULT_CASES:
-        head, _, bts = spec.partition(":")
-        if head not in HEADS or not bts:
-            p.error(f"--case {spec}: expected HEAD:BT[,BT...] with HEAD one of {', '.join(HEADS)}")
-        cases += [(head, int(bt)) for bt in bts.split(",")]
+    try:
+        cases = parse_cases(args.case or DEFAULT_CASES)
+    except ValueError as error:
+        p.error(str(error))
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, inductor_addmm_fix {inductor_addmm_fix.__version__}", flush=True)
     if args.pair_budget_mib is not None:
         import os
