@@ -411,11 +411,10 @@ def budget(chain: list[fx.Node]) -> int:
     ACCUMULATOR_SHARE`` of the accumulator), or what :data:`BUDGET_VARIABLE` sets; and at
     least what a narrowing cast of the result allocates at the peak anyway."""
     chosen = budget_from_environment()
-    if chosen is not None:
-        return max(chosen, _narrowing_cast_bytes(chain[-1]))
-    accumulator = _val(chain[-1])
-    share = int(ACCUMULATOR_SHARE * _bytes(accumulator)) if accumulator is not None else 0
-    return max(FLOOR_BYTES, share, _narrowing_cast_bytes(chain[-1]))
+    if chosen is None:
+        accumulator = _val(chain[-1])
+        chosen = max(FLOOR_BYTES, int(ACCUMULATOR_SHARE * _bytes(accumulator)) if accumulator is not None else 0)
+    return max(chosen, _narrowing_cast_bytes(chain[-1]))
 
 
 def _merge(graph: fx.Graph, first: fx.Node, second: fx.Node) -> fx.Node | None:
