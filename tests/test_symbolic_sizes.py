@@ -9,13 +9,20 @@ with results of a float64 run: a pass that silently declined symbolic bounds (th
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import re
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from torch._dynamo.utils import counters
 
-from helpers import call_again, compile_and_run
-from workloads import chunks_through_one_logits_buffer, flce_in_power_of_2_chunks
+from helpers import FUZZ_EXAMPLES, call_again, compile_and_run, fuzz, many_recompiles, seeded, without_graph_caches
+from workloads import chunks_through_one_logits_buffer, flce_in_power_of_2_chunks, flce_with_a_graph_break
+
+from inductor_addmm_fix.patching.counters import COUNTER
 
 from inductor_addmm_fix.inductor.passes import post_grad_slot
 
@@ -139,3 +146,64 @@ def test_chunks_written_into_one_buffer_are_read_back_without_copying_it():
     assert not re.search(rf"empty_strided_cpu\(\(s\d+, {V}\)", "".join(again.codes))  # no buffer of the storage's size
     want = chunks_through_one_logits_buffer(x.double(), w.double(), target)
     torch.testing.assert_close(again.result.double(), want, rtol=1e-4, atol=1e-5)
+
+
+# ---------------------------------------------------------------- one graph, many row counts
+@dataclasses.dataclass(frozen=True)
+class Loop:
+    """An FLCE loop to compile with ``dynamic=True``, and the row counts to call it at.
+    ``chunk``: the rows per chunk (a constant of the graph); ``"argument"``: passed in, a
+    symbolic int of the graph; ``"power of 2"``: Liger's, computed from the sizes."""
+
+    chunk: int | str
+    accum_dtype: torch.dtype | None
+
+    def calls(self, generator: torch.Generator, n: int) -> list[tuple[int, int]]:
+        """``n`` (rows, chunk) pairs of 3 or 4 chunks each, the last one whole in two of
+        them and cut in the others."""
+        picks = []
+        for i in range(n):
+            chunk = {"argument": int(torch.randint(3, 17, (), generator=generator)), "power of 2": 16}.get(self.chunk, self.chunk)
+            rows = (3 + i % 2) * chunk if i < 2 else int(torch.randint(2 * chunk + 1, 4 * chunk + 1, (), generator=generator))
+            picks.append((rows, chunk))
+        return picks
+
+    def function(self, accum_dtype=None):
+        """The loop, of ``(x, w, target, chunk)`` where the chunk is an argument, else of
+        ``(x, w, target)``."""
+        if self.chunk == "power of 2":  # next_power_of_2(cdiv(rows, V / H)) rows: 16 for 33 to 64
+            return functools.partial(flce_in_power_of_2_chunks, accum_dtype=accum_dtype)
+        if self.chunk == "argument":
+            return functools.partial(flce_with_a_graph_break, accum_dtype=accum_dtype)
+        return functools.partial(flce_with_a_graph_break, chunk=self.chunk, accum_dtype=accum_dtype)
+
+    def arguments(self, x, w, target, chunk) -> tuple:
+        return (x, w, target, chunk) if self.chunk == "argument" else (x, w, target)
+
+
+LOOPS = [Loop(chunk, accum) for chunk in (5, "argument", "power of 2") for accum in (None, torch.float32)]
+CALLS = 8
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("loop", LOOPS, ids=lambda loop: f"chunk {loop.chunk}, accum {loop.accum_dtype}")
+def test_a_symbolic_graph_matches_float64_at_every_row_count_it_serves(loop):
+    """One compiled loop called at row counts of 3 and 4 chunks, the last chunk whole or
+    cut, fresh inputs each time: the few graphs with symbolic sizes that serve them all,
+    rewritten by the passes, match a float64 run at each."""
+    generator = torch.Generator().manual_seed(11)
+    compiled = torch.compile(loop.function(loop.accum_dtype), backend="inductor", dynamic=True)
+    counters.clear()
+    with many_recompiles(), without_graph_caches():
+        for rows, chunk in loop.calls(generator, CALLS):
+            x, w, target = inputs(rows, int(torch.randint(2**31 - 1, (), generator=generator)))
+            result = compiled(*loop.arguments(x, w, target, chunk))
+            want = loop.function()(*loop.arguments(x.double(), w.double(), target, chunk))
+            for got, expected, dtype in zip(result, want, (torch.float32, torch.bfloat16, loop.accum_dtype or torch.bfloat16)):
+                assert got.dtype == dtype
+                torch.testing.assert_close(got.double(), expected, rtol=3e-2, atol=3e-3, msg=lambda m: f"{rows} rows, chunk {chunk}: {m}")
+    found = events(dict(counters[COUNTER]))
+    assert {"slice_writes:in_place", "accumulate_pairs:pairs", "chunk_order:chunks"} <= found, found  # the passes had work
+    # the control: graphs served several calls (the frame before ``.item()`` has one; the
+    # loop after it one per chunk count, and one more where the last chunk has 1 row)
+    assert counters["stats"]["unique_graphs"] - 1 < CALLS
