@@ -1,12 +1,11 @@
 """Shared by the tests (not a test file): compile a function with Inductor and return
-its result, the generated code and what the package counted; settings of the
-property-based runs; and a snapshot of every slot of torch that the package may touch."""
+its result, the generated code and what the package counted; and a snapshot of every
+slot of torch that the package may touch."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 import re
 import sys
 
@@ -81,38 +80,10 @@ def call_again(compiled: Compiled, *args) -> Compiled:
     return Compiled(result, codes, dict(counters[COUNTER]), compiled.fn)
 
 
-# ---------------------------------------------------------------- property-based runs
-#: Examples per property-based test (``INDUCTOR_ADDMM_FIX_FUZZ_EXAMPLES``; the slow runs
-#: take more), derandomized unless ``INDUCTOR_ADDMM_FIX_FUZZ_SEED=<int>`` asks for others.
-FUZZ_EXAMPLES = int(os.environ.get("INDUCTOR_ADDMM_FIX_FUZZ_EXAMPLES", "10"))
-FUZZ_SEED = os.environ.get("INDUCTOR_ADDMM_FIX_FUZZ_SEED")
-
-
-def fuzz(examples: int):
-    """Hypothesis settings for a run of ``examples`` compiled examples: the same examples
-    on every run (CI's) unless a seed is given, no deadline (a compile takes seconds)."""
-    from hypothesis import HealthCheck, settings
-
-    return settings(
-        max_examples=examples,
-        derandomize=FUZZ_SEED is None,
-        database=None,
-        deadline=None,
-        print_blob=True,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large],
-    )
-
-
-def seeded(test):
-    """``test`` drawing from ``INDUCTOR_ADDMM_FIX_FUZZ_SEED`` where it is set."""
-    from hypothesis import seed
-
-    return seed(int(FUZZ_SEED))(test) if FUZZ_SEED is not None else test
-
-
+# ---------------------------------------------------------------- compile limits
 def many_recompiles():
-    """Dynamo's recompile limits raised to 1000: a run that keeps compiled functions across
-    examples recompiles one frame for every new specialization."""
+    """Dynamo's recompile limits raised to 1000: a compiled function kept across many
+    calls recompiles its frame for every new specialization."""
     limits = {
         name: 1000
         for name in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit", "accumulated_cache_size_limit")

@@ -15,11 +15,9 @@ import re
 
 import pytest
 import torch
-from hypothesis import given
-from hypothesis import strategies as st
 from torch._dynamo.utils import counters
 
-from helpers import FUZZ_EXAMPLES, call_again, compile_and_run, fuzz, many_recompiles, seeded, without_graph_caches
+from helpers import call_again, compile_and_run, many_recompiles, unavailable_features, without_graph_caches
 from workloads import chunks_through_one_logits_buffer, flce_in_power_of_2_chunks, flce_with_a_graph_break
 
 from inductor_addmm_fix.patching.counters import COUNTER
@@ -203,7 +201,8 @@ def test_a_symbolic_graph_matches_float64_at_every_row_count_it_serves(loop):
                 assert got.dtype == dtype
                 torch.testing.assert_close(got.double(), expected, rtol=3e-2, atol=3e-3, msg=lambda m: f"{rows} rows, chunk {chunk}: {m}")
     found = events(dict(counters[COUNTER]))
-    assert {"slice_writes:in_place", "accumulate_pairs:pairs", "chunk_order:chunks"} <= found, found  # the passes had work
+    expected = {"slice_writes:in_place", "accumulate_pairs:pairs"} | ({"chunk_order:chunks"} - {f"{name}:chunks" for name in unavailable_features()})
+    assert expected <= found, found  # the passes had work
     # the control: graphs served several calls (the frame before ``.item()`` has one; the
     # loop after it one per chunk count, and one more where the last chunk has 1 row)
     assert counters["stats"]["unique_graphs"] - 1 < CALLS
