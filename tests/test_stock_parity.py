@@ -7,6 +7,7 @@ package, static and dynamic, gradients included, give the same bits
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import subprocess
 import sys
@@ -14,6 +15,8 @@ from pathlib import Path
 
 import pytest
 import torch
+
+import inductor_addmm_fix
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "opinfo_parity.py"
@@ -49,10 +52,13 @@ def test_the_comparison_takes_equal_results_and_nans_in_the_same_places():
 
 @pytest.mark.slow
 def test_pytorch_s_samples_of_the_ops_the_package_looks_at_compile_as_on_stock_torch(tmp_path):
+    # the script imports the package these tests import, installed or not
+    imported_from = str(Path(inductor_addmm_fix.__file__).resolve().parents[1])
+    path = os.pathsep.join(p for p in (imported_from, os.environ.get("PYTHONPATH")) if p)
     result = subprocess.run(
         [sys.executable, str(SCRIPT), "--ops", "looked-at", "--samples", "0", "--grad", "--jobs", "2",
          "--out", str(tmp_path)],
-        cwd=ROOT, capture_output=True, text=True, timeout=1800,
+        cwd=ROOT, capture_output=True, text=True, timeout=1800, env={**os.environ, "PYTHONPATH": path},
     )
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     cases = int(re.search(r"^(\d+) cases: ", result.stdout, re.M).group(1))
