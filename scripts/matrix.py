@@ -33,6 +33,7 @@ import shutil
 import subprocess
 import sys
 import time
+import tomllib
 import xml.etree.ElementTree as ET
 import zipfile
 from pathlib import Path
@@ -53,7 +54,8 @@ RELEASES = {
     "2.14": "2.14.1",
     "2.15": "2.15.0",
 }
-TEST_DEPS = ["pytest", "pytest-xdist", "hypothesis", "numpy", "packaging"]
+#: What the tests need besides torch: the project's ``test`` extra (pyproject.toml).
+TEST_DEPS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["test"]
 #: Requirements of a CUDA wheel that CPU tests do not need.
 SKIPPED_DEPS = {"triton", "cuda-bindings"}
 FUZZ_ENV = "INDUCTOR_ADDMM_FIX_FUZZ_EXAMPLES"
@@ -173,12 +175,16 @@ def ensure_cuda_stack(root: Path, major: str, reqs: list[str]) -> Path:
 
 def ensure_venv(root: Path, plan: Plan, stacks: dict[str, Path], python: str) -> Path:
     venv = root / f"torch-{plan.release}"
-    marker = venv / ".complete"
-    if marker.exists() and marker.read_text() == plan.version:
+    marker = venv / ".complete"  # the torch version, then the test requirements installed
+    pip = [venv / "bin" / "python", "-m", "pip", "install", "--quiet", "--no-cache-dir"]
+    done = "\n".join([plan.version, *TEST_DEPS])
+    if marker.exists() and marker.read_text().split("\n", 1)[0] == plan.version:
+        if marker.read_text() != done:  # the same torch, other test requirements
+            run([*pip, *TEST_DEPS])
+            marker.write_text(done)
         return venv
     shutil.rmtree(venv, ignore_errors=True)
     run([python, "-m", "venv", venv])
-    pip = [venv / "bin" / "python", "-m", "pip", "install", "--quiet", "--no-cache-dir"]
     if plan.wheel is None:
         run([*pip, f"torch=={plan.version}", *TEST_DEPS])
     else:
@@ -187,7 +193,7 @@ def ensure_venv(root: Path, plan: Plan, stacks: dict[str, Path], python: str) ->
         run([*pip, *pure, *TEST_DEPS])
         if plan.cuda:
             (site_packages(venv) / "nvidia").symlink_to(stacks[plan.cuda] / "nvidia")
-    marker.write_text(plan.version)
+    marker.write_text(done)
     return venv
 
 
