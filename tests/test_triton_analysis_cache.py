@@ -198,6 +198,23 @@ def test_a_kernel_whose_analysis_fails_is_taken_as_writing_every_tensor_and_warn
     assert len([r for r in caplog.records if FAILED in r.getMessage()]) == 1
 
 
+def test_the_cache_answers_alike_under_or_over_the_other_analysis_wrapper():
+    """Installed again, ``triton_analysis`` wraps torch's analysis above the cache instead
+    of below it: the answers are the same, and a repeated call is still answered from the
+    cache."""
+    k = kernels()
+    calls = [(k.scale, vectors()), (k.one_of_two, {"a_ptr": fake(), "b_ptr": fake(), "FIRST": False, "BLOCK": 8})]
+    fresh = [written(analyse(kernel, arguments)) for kernel, arguments in calls]
+    inductor_addmm_fix.install(features="-triton_analysis")
+    inductor_addmm_fix.install()
+    if getattr(tkw, analysis_cache.analysis_name(tkw)) is the_cache():
+        pytest.skip("triton_analysis does not wrap the analysis on this torch")  # not needed here
+    for _ in range(2):
+        counters["inductor_addmm_fix"].clear()
+        assert [written(analyse(kernel, arguments)) for kernel, arguments in calls] == fresh
+    assert events() == {"hit": len(calls)}
+
+
 def test_without_the_feature_each_call_is_compiled_again(compiles):
     inductor_addmm_fix.install(features="-triton_analysis_cache")
     for _ in range(3):
