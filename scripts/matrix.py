@@ -178,8 +178,9 @@ def ensure_venv(root: Path, plan: Plan, stacks: dict[str, Path], python: str) ->
     marker = venv / ".complete"  # the torch version, then the test requirements installed
     pip = [venv / "bin" / "python", "-m", "pip", "install", "--quiet", "--no-cache-dir"]
     done = "\n".join([plan.version, *TEST_DEPS])
-    if marker.exists() and marker.read_text().split("\n", 1)[0] == plan.version:
-        if marker.read_text() != done:  # the same torch, other test requirements
+    installed = marker.read_text() if marker.exists() else ""
+    if installed.split("\n", 1)[0] == plan.version:
+        if installed != done:  # the same torch, other test requirements
             run([*pip, *TEST_DEPS])
             marker.write_text(done)
         return venv
