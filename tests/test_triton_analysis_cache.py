@@ -54,8 +54,9 @@ def written(answer) -> list[str]:
 @pytest.fixture(autouse=True)
 def nothing_kept():
     """Each test starts with no answer kept and no event counted."""
-    if the_cache() is not None:
-        the_cache().answers.clear()
+    cache = the_cache()
+    if cache is not None:
+        cache.answers.clear()
     counters["inductor_addmm_fix"].clear()
 
 
