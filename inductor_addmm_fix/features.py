@@ -94,6 +94,8 @@ FEATURE_TABLE = (
     ),
     # Dynamo finds triton.next_power_of_2 of a symbolic size by comparisons, not bit twiddling.
     Feature("power_of_2_sizes", inductor=("dynamo.power_of_2_sizes",)),
+    # Liger FLCE's forward is one opaque op where its chunk loop would recompile per length.
+    Feature("liger_head", inductor=("dynamo.liger_head",), settings="dynamo.liger_head:settings"),
 )
 
 #: Shared machinery -> its module, in the order applied (after the features of a stage).

@@ -291,3 +291,28 @@ def of_feature(snapshot: dict, feature: str) -> dict:
 def differences(before: dict, after: dict) -> list[str]:
     """The slots that differ, for assertion messages."""
     return [str(key) for key in before.keys() | after.keys() if before.get(key) != after.get(key)]
+
+
+@contextlib.contextmanager
+def liger_mimic(path=None):
+    """``tests/liger_flce_mimic.py`` (or the file ``path``) imported as Liger's FLCE
+    module (``liger_kernel.ops.fused_linear_cross_entropy``, the name the package
+    recognises), for the duration; whatever held that name before is put back."""
+    import importlib.util
+    import os
+
+    from inductor_addmm_fix.dynamo.liger_head import MODULE
+
+    path = path or os.path.join(os.path.dirname(__file__), "liger_flce_mimic.py")
+    spec = importlib.util.spec_from_file_location(MODULE, path)
+    module = importlib.util.module_from_spec(spec)
+    before = sys.modules.get(MODULE)
+    sys.modules[MODULE] = module
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        if before is None:
+            sys.modules.pop(MODULE, None)
+        else:
+            sys.modules[MODULE] = before

@@ -99,10 +99,11 @@ def redirect(stock: Callable[..., Any], targets: Callable[[], Any]) -> Callable[
         if getattr(fn, "__name__", None) == "next_power_of_2" and fn in targets():
             symbolic = [a for a in args if isinstance(a, SymNodeVariable)]
             if symbolic and all(is_a_chunk_size(tx, a.sym_num) for a in symbolic):
-                return stock(UserFunctionVariable(next_power_of_2_by_comparisons), tx, args, kwargs)
-        return stock(self, tx, args, kwargs)
+                return call_function.stock(UserFunctionVariable(next_power_of_2_by_comparisons), tx, args, kwargs)
+        return call_function.stock(self, tx, args, kwargs)
 
-    call_function.__wrapped__ = stock  # type: ignore[attr-defined]
+    call_function.stock = stock  # type: ignore[attr-defined]
+    call_function.splices = True  # type: ignore[attr-defined]  (calls through .stock: see registry.wrapper_over)
     return call_function
 
 

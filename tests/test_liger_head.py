@@ -1,0 +1,256 @@
+"""Liger's FLCE forward under compile: one opaque op where the token count is symbolic,
+its chunk loop where it is static (``INDUCTOR_ADDMM_FIX_LIGER_HEAD``: auto, loop, opaque).
+
+On the CPU, Liger's module is ``tests/liger_flce_mimic.py`` (Liger's forward in pure
+torch, its autograd.Function, imported under Liger's module name): the results are
+compared with float64 math and with eager runs of the same code.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch._dynamo.utils import counters
+
+from helpers import liger_mimic, many_recompiles
+from inductor_addmm_fix import installer
+from inductor_addmm_fix.dynamo import liger_head
+from inductor_addmm_fix.patching.counters import COUNTER
+
+H, V = 16, 128  # Liger's chunks: next_power_of_2(cdiv(BT, 8)) rows, 5 to 8 of them below
+#: token counts giving Liger 6, 7, 5, 8, 6 and 7 chunks: every length new, and after the
+#: second every chunk count too, up to the last two
+LENGTHS = (41, 49, 17, 57, 21, 25)
+
+
+def inputs(rows, *, dtype=torch.float64, bias=False, weight_grad=True, input_grad=True, ignore_index=-100):
+    x = torch.randn(rows, H, dtype=dtype).requires_grad_(input_grad)
+    w = (torch.randn(V, H, dtype=dtype) * 0.2).requires_grad_(weight_grad)
+    t = torch.randint(0, V, (rows,))
+    t[::5] = ignore_index
+    b = (torch.randn(V, dtype=dtype) * 0.1).requires_grad_() if bias else None
+    return x, w, t, b
+
+
+def clones(*tensors):
+    return [None if t is None else t.detach().clone().requires_grad_(t.requires_grad) for t in tensors]
+
+
+def liger_chunks(rows: int) -> int:
+    chunk = 1
+    while chunk < -(-rows // -(-V // H)):
+        chunk *= 2
+    return -(-rows // chunk)
+
+
+def graphs() -> int:
+    return counters["stats"]["unique_graphs"]
+
+
+def events(name: str) -> int:
+    return sum(n for key, n in counters[COUNTER].items() if key.startswith(f"liger_head:{name}"))
+
+
+def training_step(module):
+    def step(x, w, t, b):
+        loss = module.flce(x, w, t, b)[0]
+        loss.backward()
+        return loss.detach()
+
+    return step
+
+
+def reference_step(x, w, t, b):
+    """Float64 cross entropy of the full logits: loss and gradients."""
+    logits = x @ w.t() + (b if b is not None else 0)
+    loss = F.cross_entropy(logits, t, ignore_index=-100)
+    loss.backward()
+    return loss.detach()
+
+
+def assert_matches_float64(got, ref, tensors, ref_tensors):
+    """Liger computes its loss and the logits' gradient in float32: float32's error."""
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got.double(), ref, rtol=1e-5, atol=1e-7)
+    for a, b in zip(tensors, ref_tensors):
+        if b is not None and b.grad is not None:
+            assert a.grad.dtype == b.grad.dtype
+            torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-7)
+
+
+@pytest.fixture(autouse=True)
+def fresh_counters():
+    counters.clear()
+
+
+@pytest.fixture
+def head_mode(monkeypatch):
+    def choose(value):
+        monkeypatch.setenv(liger_head.VARIABLE, value)
+
+    return choose
+
+
+def test_changing_lengths_compile_two_graph_sets_and_no_more():
+    """Automatic dynamic shapes: the first length compiles the loop (static), the second
+    the opaque op (symbolic), and the later lengths, every one a new chunk count, compile
+    nothing."""
+    assert [liger_chunks(n) for n in LENGTHS] == [6, 7, 5, 8, 6, 7]
+    with liger_mimic() as liger, many_recompiles():
+        step = torch.compile(training_step(liger))
+        after = []
+        for rows in LENGTHS:
+            tensors = inputs(rows)
+            ref_tensors = clones(*tensors)
+            got = step(*tensors)
+            assert_matches_float64(got, reference_step(*ref_tensors), tensors, ref_tensors)
+            after.append(graphs())
+    assert after[2:] == [after[1]] * (len(LENGTHS) - 2), after
+    assert events("loop:static") and events("opaque")
+
+
+@pytest.mark.slow
+def test_the_loop_setting_compiles_the_loop_again_at_every_new_chunk_count(head_mode):
+    head_mode("loop")
+    with liger_mimic() as liger, many_recompiles():
+        step = torch.compile(training_step(liger))
+        after = []
+        for rows in LENGTHS[:3]:
+            step(*inputs(rows))
+            after.append(graphs())
+    assert after[0] < after[1] < after[2], after
+    assert events("opaque") == 0 and events("loop:setting")
+
+
+def test_static_lengths_compile_the_loop():
+    with liger_mimic() as liger:
+        step = torch.compile(training_step(liger))
+        for _ in range(3):
+            tensors = inputs(40)
+            ref_tensors = clones(*tensors)
+            assert_matches_float64(step(*tensors), reference_step(*ref_tensors), tensors, ref_tensors)
+    assert events("opaque") == 0 and events("loop:static")
+
+
+def test_the_opaque_setting_takes_static_lengths_too(head_mode):
+    head_mode("opaque")
+    with liger_mimic() as liger:
+        step = torch.compile(training_step(liger))
+        tensors = inputs(40)
+        ref_tensors = clones(*tensors)
+        assert_matches_float64(step(*tensors), reference_step(*ref_tensors), tensors, ref_tensors)
+    assert events("opaque") and events("loop") == 0
+
+
+def test_dynamic_true_takes_the_opaque_op_at_the_first_compile():
+    with liger_mimic() as liger:
+        step = torch.compile(training_step(liger), dynamic=True)
+        for rows in LENGTHS[:3]:
+            tensors = inputs(rows)
+            ref_tensors = clones(*tensors)
+            assert_matches_float64(step(*tensors), reference_step(*ref_tensors), tensors, ref_tensors)
+        assert events("opaque") and events("loop") == 0
+        first = graphs()
+        step(*inputs(LENGTHS[3]))
+        assert graphs() == first
+
+
+OPTIONS = {
+    "mean": {},
+    "sum": dict(reduction="sum"),
+    "none": dict(reduction="none", input_grad=False, weight_grad=False),  # the mimic's backward takes a scalar
+    "bias": dict(bias=True),
+    "accum-fp32": dict(accum_dtype=torch.float32),
+    "z-loss": dict(lse_square_scale=1e-3, return_z_loss=True),
+    "label-smoothing": dict(label_smoothing=0.1),
+    "accuracy-and-predictions": dict(return_token_accuracy=True, return_predicted_tokens=True),
+    "ignore-index": dict(ignore_index=3),
+    "weight-frozen": dict(weight_grad=False),
+    "input-without-grad": dict(input_grad=False),
+}
+
+
+@pytest.mark.parametrize("options", OPTIONS.values(), ids=OPTIONS.keys())
+def test_every_option_gives_eager_s_outputs_and_gradients(head_mode, options):
+    """The opaque op runs Liger's own forward: outputs and gradients are eager's, bit for
+    bit, whatever the options; absent outputs stay None."""
+    head_mode("opaque")
+    options = dict(options)
+    shape = {k: options.pop(k) for k in ("bias", "weight_grad", "input_grad") if k in options}
+    shape["ignore_index"] = options.get("ignore_index", -100)
+
+    def run(module, x, w, t, b):
+        outputs = module.flce(x, w, t, b, **options)
+        if outputs[0].requires_grad:
+            outputs[0].backward()
+        return [None if o is None else o.detach() for o in outputs]
+
+    with liger_mimic() as liger:
+        tensors = inputs(40, dtype=torch.float32, **shape)
+        eager_tensors = clones(*tensors)
+        got = torch.compile(run)(liger, *tensors)
+        want = run(liger, *eager_tensors)
+    assert events("opaque")
+    assert [o is None for o in got] == [o is None for o in want]
+    for a, b in zip(got, want):
+        if b is not None:
+            assert a.dtype == b.dtype and torch.equal(a, b)
+    for a, b in zip(tensors, eager_tensors):
+        if b is not None:
+            assert (a.grad is None) == (b.grad is None)
+            if b.grad is not None:
+                assert torch.equal(a.grad, b.grad)
+
+
+def test_a_liger_forward_the_package_does_not_recognise_is_traced_with_one_warning(tmp_path, head_mode, monkeypatch):
+    head_mode("opaque")
+    monkeypatch.setattr(liger_head, "_warned", set())
+    monkeypatch.setattr(installer, "_warned", set())
+    source = (tmp_path / "liger_flce_mimic.py")
+    import os
+
+    original = open(os.path.join(os.path.dirname(__file__), "liger_flce_mimic.py")).read()
+    changed = original.replace(liger_head.RETURNS, "result = " + liger_head.RETURNS.removeprefix("return ") + "\n    return result")
+    assert changed != original
+    source.write_text(changed)
+    with liger_mimic(str(source)) as liger, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        step = torch.compile(training_step(liger))
+        for rows in (40,):
+            tensors = inputs(rows)
+            ref_tensors = clones(*tensors)
+            assert_matches_float64(step(*tensors), reference_step(*ref_tensors), tensors, ref_tensors)
+    said = [str(w.message) for w in caught if "not one this package recognises" in str(w.message)]
+    assert len(said) == 1 and "seven values" in said[0], said
+    assert events("opaque") == 0
+
+
+def test_eager_calls_run_liger_s_own_function():
+    with liger_mimic() as liger:
+        forward = liger.fused_linear_cross_entropy_forward
+        tensors = inputs(40)
+        liger.flce(*tensors)
+        assert liger.fused_linear_cross_entropy_forward is forward
+    assert events("") == 0
+
+
+def test_a_value_of_the_setting_that_is_not_a_mode_warns_once_and_means_auto(monkeypatch):
+    monkeypatch.setattr(liger_head, "_warned", set())
+    monkeypatch.setattr(installer, "_warned", set())
+    environ = {liger_head.VARIABLE: "fast"}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert liger_head.mode(environ) == "auto"
+        assert liger_head.mode(environ) == "auto"
+    said = [str(w.message) for w in caught]
+    assert len(said) == 1 and "auto, loop, opaque" in said[0]
+    assert [liger_head.mode({liger_head.VARIABLE: m.upper()}) for m in liger_head.MODES] == list(liger_head.MODES)
+
+
+def test_the_status_shows_the_setting(head_mode):
+    assert installer.settings().get("liger_head") is None
+    head_mode("loop")
+    assert installer.settings()["liger_head"] == f"{liger_head.VARIABLE}=loop"
