@@ -63,6 +63,9 @@ SHAPES = {
     "pow2": (1024, 2048, 512, 1024, 2048, 512),
 }
 HEADS = ("liger", "ce", "liger-eager")
+#: heads of the run mode: Liger's head with the package's setting (INDUCTOR_ADDMM_FIX_LIGER_HEAD),
+#: plain cross entropy compiled, and Liger's model eager (nothing compiled)
+RUN_HEADS = {"liger": "auto", "liger-loop": "loop", "liger-opaque": "opaque", "ce": None, "eager": None}
 #: torch's timers shown for a compile, each a phase (the timers nest: these overlap little)
 PHASES = {
     "bytecode_tracing": "Dynamo tracing",
@@ -90,7 +93,7 @@ def build(model_name: str, head: str, device: str):
         import liger_kernel.transformers as liger
         import liger_kernel.transformers.functional as functional
 
-        liger.apply_liger_kernel_to_llama(model=model, fused_linear_cross_entropy=head != "ce")
+        liger.apply_liger_kernel_to_llama(model=model, fused_linear_cross_entropy=head not in ("ce", "ce-eager"))
         if head == "liger-eager":
             functional.liger_fused_linear_cross_entropy = torch.compiler.disable(functional.liger_fused_linear_cross_entropy)
     elif head != "ce":
@@ -154,6 +157,154 @@ def run_one(spec: dict) -> dict:
         print(STEP + json.dumps(rows[-1]), flush=True)  # what a run cut off by --timeout still reports
     features = os.environ.get("INDUCTOR_ADDMM_FIX", "all")  # the package's features in this run
     return {**spec, "steps": rows, "torch": torch.__version__, "features": features}
+
+
+def run_lengths(steps: int, batch: int, low: int, high: int, seed: int = 0) -> list[list[int]]:
+    """Each step's sequence lengths, drawn uniformly from [low, high] (seeded)."""
+    import random
+
+    draw = random.Random(seed)
+    return [[draw.randint(low, high) for _ in range(batch)] for _ in range(steps)]
+
+
+def training_run(spec: dict) -> dict:
+    """``--run``: a training run whose batches are right-padded to their longest sequence:
+    compile seconds, graphs, recompile-limit hits, the steady step (median of the last 10),
+    the peak memory."""
+    import logging
+
+    import torch
+    from torch._dynamo.utils import counters
+
+    import inductor_addmm_fix  # noqa: F401
+
+    device = spec["device"]
+    head = spec["head"]
+    liger_head = head not in ("ce",)
+    # Liger's kernels need CUDA: on the CPU its FLCE is the pure-torch mimic of tests/
+    # (Liger's chunk loop, signature and module name), on the hidden states of the model
+    mimic = liger_head and device == "cpu"
+    model = build(spec["model"], "ce" if head == "ce" or mimic else "liger", device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    limit_hits = []
+
+    class Hits(logging.Handler):
+        def emit(self, record):
+            text = record.getMessage()
+            if "recompile_limit" in text or "cache_size_limit" in text:
+                limit_hits.append(text.splitlines()[0][:200])
+
+    logging.getLogger("torch._dynamo").addHandler(Hits())
+    if mimic:
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+        from helpers import liger_mimic
+
+        imported = liger_mimic()  # kept: it puts back sys.modules when it is closed
+        liger = imported.__enter__()  # for the whole run
+
+        def loss_of(batch):
+            hidden = model.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+            rows = hidden[:, :-1].reshape(-1, hidden.shape[-1])
+            return liger.flce(rows, model.lm_head.weight, batch["labels"][:, 1:].reshape(-1))[0]
+    else:
+
+        def loss_of(batch):
+            return model(**batch).loss
+
+    def step(batch, loss_of=loss_of):
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss_of(batch)
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+
+    if head == "eager":
+        run = step
+    elif spec["compile"] == "model":
+        compiled = torch.compile(loss_of)
+        run = lambda batch: step(batch, compiled)  # noqa: E731
+    else:
+        run = torch.compile(step)
+    generator = torch.Generator().manual_seed(1)
+    vocab = MODELS[spec["model"]]["vocab_size"]
+    rows = []
+    counters.clear()
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    for lengths in spec["lengths"]:
+        longest = max(lengths)
+        ids = torch.randint(vocab, (len(lengths), longest), generator=generator)
+        mask = torch.zeros(len(lengths), longest, dtype=torch.long)
+        for i, n in enumerate(lengths):
+            mask[i, :n] = 1
+        labels = ids.masked_fill(mask == 0, -100)
+        batch = {"input_ids": ids.to(device), "attention_mask": mask.to(device), "labels": labels.to(device)}
+        graphs_before = counters["stats"]["unique_graphs"]
+        start = time.perf_counter()
+        loss = run(batch).item()
+        wall = time.perf_counter() - start
+        rows.append({"tokens": len(lengths) * longest, "wall_s": wall, "loss": loss,
+                     "new_graphs": counters["stats"]["unique_graphs"] - graphs_before,
+                     "package_counters": dict(counters["inductor_addmm_fix"])})  # fmt: skip
+        print(STEP + json.dumps(rows[-1]), flush=True)
+    steady = statistics.median(s["wall_s"] for s in rows[-10:])
+    compile_s = sum(max(0.0, s["wall_s"] - steady) for s in rows if s["new_graphs"])
+    peak = torch.cuda.max_memory_allocated() / 2**20 if device == "cuda" else float("nan")
+    return {**spec, "steps": rows, "torch": torch.__version__, "compile_s": compile_s,
+            "graphs": counters["stats"]["unique_graphs"], "graph_breaks": sum(counters["graph_break"].values()),
+            "limit_hits": limit_hits, "steady_ms": steady * 1e3, "peak_mib": peak,
+            "features": os.environ.get("INDUCTOR_ADDMM_FIX", "all")}  # fmt: skip
+
+
+def print_run(result: dict, eager: dict | None, ce: dict | None) -> None:
+    label = f"{result['model']:<15} {result['compile']:<6} {result['head']:<13}"
+    if "error" in result:
+        steps = result.get("steps", [])
+        print(f"{label} failed: {result['error']} after {len(steps)} steps "
+              f"({sum(s['wall_s'] for s in steps):.0f} s, {sum(s['new_graphs'] for s in steps)} graphs)", flush=True)
+        return
+    ratio = lambda other: f"{result['steady_ms'] / other['steady_ms']:.3f}" if other and "steady_ms" in other else "-"  # noqa: E731
+    compile_ratio = f"{result['compile_s'] / ce['compile_s']:.2f}" if ce and ce.get("compile_s") else "-"
+    print(f"{label} {result['compile_s']:>9.1f} {compile_ratio:>7} {result['graphs']:>6} {len(result['limit_hits']):>5} "
+          f"{result['steady_ms']:>9.1f} {ratio(eager):>8} {ratio(ce):>8} {result['peak_mib']:>9.0f}", flush=True)  # fmt: skip
+
+
+def run_mode(args) -> None:
+    lengths = run_lengths(args.steps, args.batch, *map(int, args.run_lengths.split("-")))
+    print(f"steps {args.steps}, batch {args.batch}, lengths uniform {args.run_lengths} (seeded), right padding", flush=True)
+    print(f"{'model':<15} {'graph':<6} {'head':<13} {'compile s':>9} {'/ ce':>7} {'graphs':>6} {'limit':>5} "
+          f"{'step ms':>9} {'/ eager':>8} {'/ ce':>8} {'peak MiB':>9}", flush=True)  # fmt: skip
+    results = []
+    for model in args.models.split(","):
+        for graph in args.compile.split(","):
+            done = {}
+            for head in args.heads.split(","):
+                spec = {"model": model, "head": head, "compile": graph, "lengths": lengths, "device": args.device}
+                env = dict(os.environ)
+                if RUN_HEADS[head]:
+                    env["INDUCTOR_ADDMM_FIX_LIGER_HEAD"] = RUN_HEADS[head]
+                done[head] = result = child(spec, env, args.timeout, "--one-run")
+                print_run(result, done.get("eager"), done.get("ce"))
+                results.append(result)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+def child(spec: dict, env: dict, timeout: float, flag: str) -> dict:
+    """One run in a fresh interpreter with empty Inductor and Triton caches."""
+    with tempfile.TemporaryDirectory(prefix="compile-time-") as caches:
+        env = dict(env, TORCHINDUCTOR_CACHE_DIR=f"{caches}/inductor", TRITON_CACHE_DIR=f"{caches}/triton")
+        try:
+            done = subprocess.run([sys.executable, __file__, flag, json.dumps(spec)], env=env,
+                                  capture_output=True, text=True, timeout=timeout)  # fmt: skip
+            if done.returncode:
+                raise RuntimeError(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}")
+            return json.loads(done.stdout.strip().splitlines()[-1])
+        except subprocess.TimeoutExpired as stopped:
+            return {**spec, "error": f"over {timeout:.0f} s", "steps": steps_printed(stopped.stdout)}
+        except Exception as error:  # one run failing leaves the others' rows
+            return {**spec, "error": f"{type(error).__name__}: {error}"}
 
 
 # ---------------------------------------------------------------- the table
@@ -222,10 +373,24 @@ def main() -> None:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--timeout", type=float, default=600, help="seconds per run")
     parser.add_argument("--json", help="write every run's steps here")
+    parser.add_argument("--run", action="store_true", help="a training run of --steps steps, lengths drawn per step")
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--batch", type=int, default=2)
+    parser.add_argument("--run-lengths", default="256-2048", help="--run: lengths drawn uniformly from LOW-HIGH")
+    parser.add_argument("--compile", default="model,step", help="--run: compile the model's forward, or the whole step")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # a run's spec, in the child
+    parser.add_argument("--one-run", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
         print(json.dumps(run_one(json.loads(args.one))))
+        return
+    if args.one_run:
+        print(json.dumps(training_run(json.loads(args.one_run))))
+        return
+    if args.run:
+        if args.heads == ",".join(HEADS):
+            args.heads = "eager,ce,liger,liger-opaque"
+        run_mode(args)
         return
     shapes = {"custom": tuple(int(n) for n in args.lengths.split(","))} if args.lengths else {k: SHAPES[k] for k in args.shapes.split(",")}
     print(f"{'model':<15} {'head':<12} {'lengths':<9} {'first (s)':>9} {'recompiles (s)':>22} {'graphs':>6} {'breaks':>6} {'step (ms)':>9}", flush=True)

@@ -210,6 +210,7 @@ def live_tables() -> dict:
             "float_specializations": [(convert_frame, "_compile")],
             "static_strides": [(TensorVariable, "specialize")],
             "power_of_2_sizes": [(UserFunctionVariable, "call_function")],
+            "liger_head": [(UserFunctionVariable, "call_function")],
         },
         "decomp": decomposition_table,
         "meta": meta_table,

@@ -216,7 +216,9 @@ def liger_flce_forward():
     if not hasattr(getattr(torch.ops, namespace), name):
         schema = ("(Tensor _input, Tensor weight, Tensor target, Tensor? ce_weight, Tensor? bias, "
                   "Tensor? token_grad_output, str options) -> Tensor[]")  # fmt: skip
-        torch.library.define(OP, schema)
+        # Liger's forward reads a count with .item(): CUDA graphs capture around it
+        unsafe = getattr(torch.Tag, "cudagraph_unsafe", None)
+        torch.library.define(OP, schema, tags=(unsafe,) if unsafe is not None else ())
         torch.library.impl(OP, "CompositeExplicitAutograd")(_run_liger)
         torch.library.register_fake(OP)(_fake)
     return getattr(getattr(torch.ops, namespace), name).default

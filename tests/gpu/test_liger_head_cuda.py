@@ -1,0 +1,116 @@
+"""Unmodified Liger FLCE under compile with changing lengths: its forward as the
+package's opaque op where the token count is symbolic, bit for bit eager's results,
+and no recompile per length."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch._dynamo.utils import counters
+
+from inductor_addmm_fix.dynamo import liger_head
+from inductor_addmm_fix.patching.counters import COUNTER
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+functional = pytest.importorskip("liger_kernel.transformers.functional", reason="needs liger-kernel")
+
+H, V = 256, 32000  # Liger: cdiv(V, H) = 125, chunks of next_power_of_2(cdiv(BT, 125)) rows
+LENGTHS = (700, 1100, 530, 1900, 1300, 900, 1500, 610)  # 8 lengths, 7 chunk counts
+
+
+def chunks(rows: int) -> int:
+    size = 1
+    while size < -(-rows // -(-V // H)):
+        size *= 2
+    return -(-rows // size)
+
+
+def make(rows, *, bias=False, seed=0, dtype=torch.bfloat16):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(rows, H, device="cuda", generator=g).to(dtype).requires_grad_()
+    w = (torch.randn(V, H, device="cuda", generator=g) * 0.02).to(dtype).requires_grad_()
+    t = torch.randint(0, V, (rows,), device="cuda", generator=g)
+    t[::7] = -100
+    b = (torch.randn(V, device="cuda", generator=g) * 0.02).to(dtype).requires_grad_() if bias else None
+    return x, w, t, b
+
+
+def clone(tensors):
+    return [None if t is None else t.detach().clone().requires_grad_(t.requires_grad) for t in tensors]
+
+
+def run(options):
+    def step(x, w, t, b):
+        out = functional.liger_fused_linear_cross_entropy(x, w, t, b, **options)
+        outs = [out] if isinstance(out, torch.Tensor) else [out.loss, out.z_loss, out.token_accuracy, out.predicted_tokens]
+        (outs[0].sum() if outs[0].dim() else outs[0]).backward()
+        return [o.detach() for o in outs if o is not None]
+
+    return step
+
+
+def assert_same(got_out, want_out, tensors, eager_tensors):
+    for a, b in zip(got_out, want_out):
+        assert a.dtype == b.dtype and torch.equal(a, b), (a, b)
+    for a, b in zip(tensors, eager_tensors):
+        if b is not None:
+            assert a.grad is not None and torch.equal(a.grad, b.grad)
+
+
+@pytest.fixture(autouse=True)
+def fresh_counters():
+    counters.clear()
+
+
+def test_changing_lengths_match_eager_bit_for_bit_and_stop_recompiling():
+    assert len({chunks(n) for n in LENGTHS}) == 7
+    step = run({"accum_dtype": torch.float32})
+    compiled = torch.compile(step)
+    graphs = []
+    for i, rows in enumerate(LENGTHS):
+        tensors = make(rows, seed=i)
+        eager_tensors = clone(tensors)
+        assert_same(compiled(*tensors), step(*eager_tensors), tensors, eager_tensors)
+        graphs.append(counters["stats"]["unique_graphs"])
+    assert graphs[2:] == [graphs[1]] * (len(LENGTHS) - 2), graphs
+    assert counters[COUNTER]["liger_head:opaque"] > 0
+
+
+OPTIONS = {
+    "sum": dict(reduction="sum"),
+    "none": dict(reduction="none"),
+    "accum-none": dict(accum_dtype=None),
+    "bias": dict(bias=True),
+    "z-loss": dict(lse_square_scale=1e-4, return_z_loss=True),
+    "label-smoothing": dict(label_smoothing=0.1),
+    "softcap": dict(softcap=30.0),
+    "ce-weight": dict(ce_weight=True),
+    "token-scaling": dict(use_token_scaling=True),
+    "accuracy-predictions": dict(return_token_accuracy=True, return_predicted_tokens=True),
+}
+
+
+@pytest.mark.parametrize("options", OPTIONS.values(), ids=OPTIONS.keys())
+def test_every_option_matches_eager_bit_for_bit_with_symbolic_lengths(options):
+    options = dict(options)
+    bias = options.pop("bias", False)
+    if options.pop("ce_weight", False):
+        options["ce_weight"] = torch.rand(V, device="cuda") + 0.5
+    step = run(options)
+    compiled = torch.compile(step, dynamic=True)
+    for i, rows in enumerate((700, 1100)):
+        tensors = make(rows, bias=bias, seed=10 + i)
+        eager_tensors = clone(tensors)
+        assert_same(compiled(*tensors), step(*eager_tensors), tensors, eager_tensors)
+    assert counters[COUNTER]["liger_head:opaque"] > 0
+
+
+def test_static_lengths_compile_the_loop():
+    step = run({"accum_dtype": torch.float32})
+    compiled = torch.compile(step)
+    tensors = make(1024)
+    eager_tensors = clone(tensors)
+    got, want = compiled(*tensors), step(*eager_tensors)
+    torch.testing.assert_close(got[0], want[0], atol=5e-2, rtol=5e-2)
+    assert counters[COUNTER]["liger_head:loop:static"] > 0 and counters[COUNTER]["liger_head:opaque"] == 0
+    assert liger_head.mode() == "auto"
