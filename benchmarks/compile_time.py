@@ -13,8 +13,22 @@ step (forward, backward, AdamW) under ``torch.compile``, run over a sequence of 
 
 Models: ``small-h`` (H 1024, V 151936, 2 layers: Liger's chunks are 8 rows at 1024
 tokens, its loop runs 128 times), ``llama3-8b-head`` (H 4096, V 128256, one layer of
-Llama 3 8B's shape), ``tiny`` (for a CPU smoke run of the script: ``--device cpu --heads
-ce``; Liger's kernels need a GPU).
+Llama 3 8B's shape), ``tiny`` and ``tiny-wide`` (for the CPU: V / H of 32 and 128, the ratios of
+``llama3-8b-head`` and ``small-h``; Liger's kernels need a GPU, so on the CPU its FLCE is
+the tests' pure-torch mimic of Liger's module, see ``--run``).
+
+``--run``: a training run of ``--steps`` steps (default 40) whose batches of ``--batch``
+sequences (2) have lengths drawn uniformly from ``--run-lengths`` (256-2048), right-padded
+to the longest; the model's forward and loss compiled, or the whole step
+(``--compile model,step``); heads ``eager`` (Liger's model, nothing compiled), ``ce``
+(plain cross entropy, compiled), ``liger`` / ``liger-loop`` / ``liger-opaque`` (Liger's
+head compiled with ``INDUCTOR_ADDMM_FIX_LIGER_HEAD`` unset, ``loop``, ``opaque``).  Per
+run: the compile seconds (each compiling step's time over the steady step), graphs,
+recompile-limit hits, the steady step (median of the last 10) against eager and ``ce``,
+the peak memory (CUDA).
+
+    python benchmarks/compile_time.py --run --models small-h,llama3-8b-head      # GPU
+    python benchmarks/compile_time.py --run --device cpu --models tiny,tiny-wide --run-lengths 16-128
 
 Each (model, head, lengths) runs in a fresh interpreter with empty Inductor and Triton
 caches, one after the other.  Per step it records the wall time, the graphs compiled so
@@ -51,6 +65,8 @@ MODELS = {
                            num_key_value_heads=8, vocab_size=128256),
     "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4,
                  num_key_value_heads=2, vocab_size=2048),
+    "tiny-wide": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4,
+                      num_key_value_heads=2, vocab_size=8192),
 }  # fmt: skip
 # ``pow2``: changing lengths that are powers of two, where Liger's loop runs the same number
 # of chunks at every length (``BT / next_power_of_2(cdiv(BT, cdiv(V, H)))``): one graph of

@@ -125,6 +125,28 @@ def test_the_loop_setting_compiles_the_loop_again_at_every_new_chunk_count(head_
     assert events("opaque") == 0 and events("loop:setting")
 
 
+def test_a_static_length_with_a_long_loop_takes_the_opaque_op():
+    """Liger's loop of more than LOOP_MAX_CHUNKS chunks (V / H of 64: 40 chunks of one row)
+    is not unrolled, static or not."""
+    big = torch.randn(1024, H, dtype=torch.float64) * 0.2
+    assert liger_head.liger_chunks((40, H), big.shape) == 40 > liger_head.LOOP_MAX_CHUNKS
+    with liger_mimic() as liger:
+        step = torch.compile(training_step(liger))
+        x, _, t, _ = inputs(40)
+        t = torch.randint(0, 1024, (40,))
+        w = big.clone().requires_grad_()
+        tensors, ref_tensors = (x, w, t, None), clones(x, w, t, None)
+        assert_matches_float64(step(*tensors), reference_step(*ref_tensors), tensors, ref_tensors)
+    assert counters[COUNTER]["liger_head:opaque:long_loop"] and events("loop") == 0
+
+
+def test_liger_s_chunk_count_is_computed_as_liger_computes_it():
+    assert [liger_head.liger_chunks((n, H), (V, H)) for n in LENGTHS] == [liger_chunks(n) for n in LENGTHS]
+    assert liger_head.liger_chunks((8192, 4096), (128256, 4096)) == 32  # Llama-3-8B's head: the loop
+    assert liger_head.liger_chunks((8192, 896), (151936, 896)) == 128  # Qwen2.5-0.5B's: the opaque op
+    assert liger_head.liger_chunks((8192, 896), (151936, 896), chunk_mem_const=4) == 32
+
+
 def test_static_lengths_compile_the_loop():
     with liger_mimic() as liger:
         step = torch.compile(training_step(liger))

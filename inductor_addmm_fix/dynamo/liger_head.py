@@ -18,10 +18,15 @@ redirected.
 
 Which calls, ``INDUCTOR_ADDMM_FIX_LIGER_HEAD``:
 
-* ``auto`` (default): the opaque op where the token count is symbolic (changing
-  lengths after Dynamo's automatic dynamic shapes, ``dynamic=True``, ``mark_dynamic``),
-  the loop compiled where it is static (one compile per length, and the package's
-  passes make it faster than eager);
+* ``auto`` (default): the loop compiled where the token count is static and Liger runs
+  at most :data:`LOOP_MAX_CHUNKS` chunks (Llama-like heads, V / H up to about 32: a
+  static graph serves every step of its length, and the package's passes make the loop
+  faster than eager), the opaque op elsewhere: where the token count is symbolic
+  (changing lengths after Dynamo's automatic dynamic shapes, ``dynamic=True``,
+  ``mark_dynamic``), and where the loop is longer (small hidden sizes with large
+  vocabularies: 64-148 chunks, whose unrolled compile costs more than a plain cross
+  entropy's whole model, and is paid again by the first step of a run whose lengths
+  change);
 * ``loop``: always the loop (compiled as Dynamo traces it);
 * ``opaque``: always the opaque op (the shortest compile, eager's speed for the head).
 
@@ -58,6 +63,8 @@ FUNCTION = "fused_linear_cross_entropy_forward"
 OP = "inductor_addmm_fix::liger_flce_forward"
 VARIABLE = "INDUCTOR_ADDMM_FIX_LIGER_HEAD"
 MODES = ("auto", "loop", "opaque")
+#: ``auto``: the longest loop compiled in a static graph (the chunks of one call)
+LOOP_MAX_CHUNKS = 32
 
 #: Liger's parameters that hold tensors (or None), in the op's order.
 TENSORS = ("_input", "weight", "target", "ce_weight", "bias", "token_grad_output")
@@ -287,15 +294,17 @@ def opaque_call(fn, args, kwargs, chosen: str):
     example = tensors["_input"].as_proxy().node.meta.get("example_value")
     if example is None:
         return None
-    symbolic = not isinstance(example.shape[0], int)
-    if chosen == "auto" and not symbolic:
-        count(COUNTED, "loop:static")
-        return None
     weight = tensors["weight"].as_proxy().node.meta.get("example_value")
     defaults = {n: p.default for n, p in inspect.signature(fn).parameters.items() if n not in values}
     merged = {**{k: v for k, v in defaults.items() if k not in TENSORS}, **scalars}
     if not all(_plain(v) for v in merged.values()):
         return None
+    if chosen == "auto":
+        chunks = liger_chunks(example.shape, weight.shape, merged.get("chunk_mem_const") or 1)
+        if chunks is not None and chunks <= LOOP_MAX_CHUNKS:
+            count(COUNTED, "loop:static")
+            return None
+        count(COUNTED, "opaque:symbolic" if chunks is None else "opaque:long_loop")
     compute = merged.get("compute_gradients")
     weight_grad = merged.get("weight_requires_grad")
     grads = {
@@ -310,6 +319,20 @@ def opaque_call(fn, args, kwargs, chosen: str):
     options = {"module": fn.__module__, "kwargs": scalars, "grads": grads, "present": present,
                "per_token": merged.get("reduction") == "none"}  # fmt: skip
     return [tensors.get(n) for n in TENSORS], json.dumps(options, sort_keys=True), present
+
+
+def liger_chunks(input_shape, weight_shape, chunk_mem_const: int = 1) -> int | None:
+    """How many chunks Liger's loop runs (its formula), or None where a size is symbolic."""
+    rows, hidden = input_shape[0], input_shape[-1]
+    vocab = weight_shape[0]
+    if not all(isinstance(n, int) for n in (rows, hidden, vocab)) or rows < 1:
+        return None
+    per_chunk_budget = -(-vocab // (chunk_mem_const * hidden))
+    size = 1
+    while size < -(-rows // per_chunk_budget):
+        size *= 2
+    size = min(size, rows)
+    return -(-rows // size)
 
 
 def redirect(stock: Callable[..., Any]) -> Callable[..., Any]:
