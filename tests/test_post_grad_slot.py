@@ -123,8 +123,13 @@ def test_uuid_is_none_when_a_previous_pass_has_none():
     assert slot.make_chained_pass(None).uuid() == slot.make_chained_pass(None).uuid()
 
 
+def test_a_pass_without_a_place_in_the_order_is_refused():
+    with pytest.raises(ValueError, match="no place in post_grad_slot.ORDER"):
+        slot.register("another_pass", lambda graph: 0)
+
+
 @needs_pass
-def test_the_passes_run_in_rank_order_and_the_uuid_names_them():
+def test_the_passes_run_in_the_slot_s_order_and_the_uuid_names_them():
     assert [name for name, _ in slot.active_passes()] == (
         ["slice_writes", "accumulate_pairs", "chunk_order"] if chunk_order.supported() else ["slice_writes", "accumulate_pairs"]
     )

@@ -177,6 +177,11 @@ def _expected(options: dict, _input, weight, bias) -> list:
     return [shape if there else None for shape, there in zip(shapes, present)]
 
 
+@functools.lru_cache(maxsize=8)
+def _parameters(forward: Callable) -> frozenset:
+    return frozenset(inspect.signature(forward).parameters)
+
+
 def _run_liger(_input, weight, target, ce_weight, bias, token_grad_output, options: str):
     """The op's kernel: Liger's forward, as Liger's autograd.Function runs it (grad mode
     off; the inputs' ``requires_grad`` as they were when the graph was traced)."""
@@ -189,8 +194,7 @@ def _run_liger(_input, weight, target, ce_weight, bias, token_grad_output, optio
     tensors = dict(zip(TENSORS, (_input, weight, target, ce_weight, bias, token_grad_output)))
     tensors["_input"] = _input.detach().requires_grad_(chosen["grads"]["input"])
     tensors["weight"] = weight.detach().requires_grad_(chosen["grads"]["weight"])
-    accepted = set(inspect.signature(forward).parameters)
-    tensors = {k: v for k, v in tensors.items() if k in accepted}
+    tensors = {k: v for k, v in tensors.items() if k in _parameters(forward)}
     with torch.no_grad():
         outputs = forward(**tensors, **_kwargs(chosen))
     expected = _expected(chosen, _input, weight, bias)
@@ -286,6 +290,7 @@ def opaque_call(fn, args, kwargs, chosen: str):
             return None
         if name in TENSORS:
             if value is not None:
+                count(COUNTED, "loop:not_constant")
                 return None
             continue
         scalars[name] = str(value).removeprefix("torch.") if isinstance(value, torch.dtype) else value
@@ -327,9 +332,9 @@ def liger_chunks(input_shape, weight_shape, chunk_mem_const: int = 1) -> int | N
     vocab = weight_shape[0]
     if not all(isinstance(n, int) for n in (rows, hidden, vocab)) or rows < 1:
         return None
-    per_chunk_budget = -(-vocab // (chunk_mem_const * hidden))
+    inc_factor = -(-vocab // (chunk_mem_const * hidden))  # Liger's name: logits of a chunk ~ BT x H
     size = 1
-    while size < -(-rows // per_chunk_budget):
+    while size < -(-rows // inc_factor):
         size *= 2
     size = min(size, rows)
     return -(-rows // size)

@@ -65,7 +65,6 @@ aten = torch.ops.aten
 log = logging.getLogger(__name__)
 
 NAME = "accumulate_pairs"  # counted as "accumulate_pairs:<event>"
-RANK = 15  # after slice_writes, before chunk_order (which orders the chunks of each pair)
 RETIRED_BY = "none: an optimization across eager calls"
 
 
@@ -536,5 +535,5 @@ def plan() -> list[Decision]:
         "(memory-bound: 1.65 ms a chunk for Liger FLCE's fp32 gradient on an H200); "
         "two chunks' products per pass halve that traffic"
     )
-    patch = post_grad_slot.register(RANK, NAME, accumulate_in_pairs)
+    patch = post_grad_slot.register(NAME, accumulate_in_pairs)
     return [needed(patch.name, reason, [patch], probe=post_grad_slot.supported, obsolete_when=RETIRED_BY)]

@@ -53,7 +53,6 @@ aten = torch.ops.aten
 log = logging.getLogger(__name__)
 
 NAME = "chunk_order"  # counted as "chunk_order:<event>" in counters["inductor_addmm_fix"]
-RANK = 20  # after slice_writes and accumulate_pairs: sees the rewritten graph
 #: ``node.meta`` key: how many chunks an accumulation step accumulates (default 1).
 CHUNKS_PER_STEP = "inductor_addmm_fix_chunks"
 RETIRED_BY = (
@@ -277,5 +276,5 @@ def plan() -> list[Decision]:
         "chunks of an accumulation loop lose their order in functionalization and Inductor hoists "
         "every chunk's logits matmul, all chunks' logits alive at once; control_deps restore the order"
     )
-    patch = post_grad_slot.register(RANK, NAME, serialize_chunks)
+    patch = post_grad_slot.register(NAME, serialize_chunks)
     return [needed(patch.name, reason, [patch], probe=supported, obsolete_when=RETIRED_BY)]

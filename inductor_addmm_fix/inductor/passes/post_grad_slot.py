@@ -3,10 +3,10 @@
 Inductor has one slot for a custom pass after its own post-grad passes, before
 re-inplacing and lowering.  The package puts there one pass that runs what the user
 (or another library) had put there first, then the package's passes that are applied,
-in rank order: ``slice_writes`` (10), then ``chunk_order`` (20), which must see the
-rewritten writes.  A pass module adds itself with :func:`register`, a patch of
-:data:`PASSES`, so that each pass is applied and rolled back with its own feature; the
-slot patch (:func:`plan`) is machinery, applied while any pass is.
+in the order of :data:`ORDER`, the one place that order is written.  A pass module adds
+itself with :func:`register`, a patch of :data:`PASSES`, so that each pass is applied
+and rolled back with its own feature; the slot patch (:func:`plan`) is machinery,
+applied while any pass is.
 
 The previous value stays reachable as ``.previous``, so that uninstalling puts the
 same object back.  The pass's ``uuid()`` (which the FX graph cache keys on) covers the
@@ -27,20 +27,29 @@ from ...patching.registry import ConfigOption, DictEntry, Patch, WrapValue
 
 RETIRED_BY = "none: the slot is how a plugin adds post-grad passes"
 
-#: (rank, name) -> pass: the package's passes that are applied.  Each entry is a patch
-#: of its own feature; the chained pass reads this table when it runs.
-PASSES: dict[tuple[int, str], Callable[[fx.Graph], int]] = {}
+#: The package's post-grad passes, in the order they run:
+ORDER = (
+    "slice_writes",  # chunked writes into slices of one buffer: the others see the rewritten writes
+    "accumulate_pairs",  # two chunks' accumulates merged into one update
+    "chunk_order",  # then the chunks (and the pairs) kept in order, on the rewritten graph
+)
+
+#: name -> pass: the package's passes that are applied.  Each entry is a patch of its
+#: own feature; the chained pass reads this table when it runs.
+PASSES: dict[str, Callable[[fx.Graph], int]] = {}
 
 
-def register(rank: int, name: str, graph_pass: Callable[[fx.Graph], int]) -> Patch:
-    """The patch that makes ``graph_pass`` run in the slot, at ``rank``."""
-    slot = DictEntry(PASSES, (rank, name), "inductor_addmm_fix post-grad passes")
+def register(name: str, graph_pass: Callable[[fx.Graph], int]) -> Patch:
+    """The patch that makes ``graph_pass`` run in the slot, at its place in :data:`ORDER`."""
+    if name not in ORDER:
+        raise ValueError(f"post-grad pass {name!r} has no place in post_grad_slot.ORDER")
+    slot = DictEntry(PASSES, name, "inductor_addmm_fix post-grad passes")
     return Patch(f"inductor.pass.{name}", slot, graph_pass)
 
 
 def active_passes() -> list[tuple[str, Callable[[fx.Graph], int]]]:
     """(name, pass) of the applied passes, in the order they run."""
-    return [(name, graph_pass) for (_, name), graph_pass in sorted(PASSES.items())]
+    return [(name, PASSES[name]) for name in ORDER if name in PASSES]
 
 
 def supported() -> bool:

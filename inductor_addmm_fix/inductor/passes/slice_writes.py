@@ -61,7 +61,6 @@ aten = torch.ops.aten
 log = logging.getLogger(__name__)
 
 NAME = "slice_writes"  # counted as "slice_writes:<event>" in counters["inductor_addmm_fix"]
-RANK = 10  # runs before chunk_order, which must see the rewritten writes
 RETIRED_BY = (
     "none known: Inductor writes each slice_scatter over the whole buffer (its re-inplacing "
     "reuses the buffer, it does not write only the slice)"
@@ -467,5 +466,5 @@ def plan() -> list[Decision]:
         "chunked loops (FLCE) write each chunk's slice of one buffer with a kernel over the whole "
         "buffer; rewritten as one cat, or in place into a graph input: slice-sized writes"
     )
-    patch = post_grad_slot.register(RANK, NAME, rewrite_slice_writes)
+    patch = post_grad_slot.register(NAME, rewrite_slice_writes)
     return [needed(patch.name, reason, [patch], probe=post_grad_slot.supported, obsolete_when=RETIRED_BY)]
