@@ -147,6 +147,7 @@ def test_liger_s_chunk_count_is_computed_as_liger_computes_it():
     assert liger_head.liger_chunks((8192, 896), (151936, 896), chunk_mem_const=4) == 32
 
 
+@pytest.mark.slow
 def test_static_lengths_compile_the_loop():
     with liger_mimic() as liger:
         step = torch.compile(training_step(liger))
