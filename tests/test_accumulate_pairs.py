@@ -13,6 +13,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from helpers import compile_and_run, most_alive
 from workloads import CHUNKS, accumulate_in_chunks, flce_inputs, flce_like
 
+from inductor_addmm_fix.activation import settings
 from inductor_addmm_fix.inductor.passes import accumulate_pairs, chunk_order
 
 aten = torch.ops.aten
@@ -229,7 +230,7 @@ def test_a_narrowing_cast_still_pays_for_pairs_under_a_budget_variable_of_zero(m
 
 @pytest.mark.parametrize("value", ["lots", "-1", "nan", "inf"])
 def test_a_budget_variable_that_is_not_a_size_warns_once_and_keeps_the_default(value, monkeypatch):
-    monkeypatch.setattr(accumulate_pairs, "_warned_values", set())
+    monkeypatch.setattr(settings.PAIR_BUDGET, "_warned", set())
     monkeypatch.setenv(accumulate_pairs.BUDGET_VARIABLE, value)
     graph = graph_of(separate_chunks_chain, *separate_chunks_args())
     (chain,) = accumulate_pairs.chains(graph)

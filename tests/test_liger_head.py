@@ -17,6 +17,7 @@ from torch._dynamo.utils import counters
 
 from helpers import liger_mimic, many_recompiles
 from inductor_addmm_fix import installer
+from inductor_addmm_fix.activation import settings
 from inductor_addmm_fix.dynamo import liger_head
 from inductor_addmm_fix.patching.counters import COUNTER
 
@@ -261,8 +262,7 @@ def test_eager_calls_run_liger_s_own_function():
 
 
 def test_a_value_of_the_setting_that_is_not_a_mode_warns_once_and_means_auto(monkeypatch):
-    monkeypatch.setattr(liger_head, "_warned", set())
-    monkeypatch.setattr(installer, "_warned", set())
+    monkeypatch.setattr(settings.LIGER_HEAD, "_warned", set())
     environ = {liger_head.VARIABLE: "fast"}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

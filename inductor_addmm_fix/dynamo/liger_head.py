@@ -47,9 +47,9 @@ from __future__ import annotations
 import functools
 import inspect
 import json
-import os
 from typing import Any, Callable
 
+from ..activation.settings import LIGER_HEAD, LIGER_HEAD_MODES
 from ..patching.counters import count
 from ..patching.declare import Decision, needed, require
 from ..patching.registry import Attribute, Patch
@@ -61,8 +61,8 @@ COUNTED = "liger_head"  # counters["inductor_addmm_fix"]["liger_head:<event>"]
 MODULE = "liger_kernel.ops.fused_linear_cross_entropy"
 FUNCTION = "fused_linear_cross_entropy_forward"
 OP = "inductor_addmm_fix::liger_flce_forward"
-VARIABLE = "INDUCTOR_ADDMM_FIX_LIGER_HEAD"
-MODES = ("auto", "loop", "opaque")
+VARIABLE = LIGER_HEAD.variable
+MODES = LIGER_HEAD_MODES
 #: ``auto``: the longest loop compiled in a static graph (the chunks of one call)
 LOOP_MAX_CHUNKS = 32
 
@@ -85,22 +85,12 @@ _warned: set = set()
 def mode(environ=None) -> str:
     """The value of INDUCTOR_ADDMM_FIX_LIGER_HEAD (``auto`` when unset or not a mode,
     which warns once)."""
-    raw = (os.environ if environ is None else environ).get(VARIABLE, "").strip().lower()
-    if not raw:
-        return "auto"
-    if raw not in MODES:
-        _warn_once(f"mode:{raw}", f"inductor_addmm_fix: {VARIABLE}={raw!r} is not one of {', '.join(MODES)}; using auto")
-        return "auto"
-    return raw
+    return LIGER_HEAD.value(environ) or "auto"
 
 
 def settings() -> str | None:
     """What the status shows beside "applied" where the setting is not the default."""
-    raw = os.environ.get(VARIABLE, "").strip()
-    if not raw:
-        return None
-    chosen = mode()
-    return f"{VARIABLE}={chosen}" if chosen == raw.lower() else f"{VARIABLE}={raw!r} ignored (auto)"
+    return LIGER_HEAD.status()
 
 
 def _warn_once(key: str, message: str) -> None:

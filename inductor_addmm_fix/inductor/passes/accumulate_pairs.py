@@ -48,14 +48,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
-import os
-import warnings
 from typing import Any, Callable
 
 import torch
 import torch.fx as fx
 
+from ...activation.settings import PAIR_BUDGET
 from ...patching.counters import count
 from ...patching.declare import Decision, Unavailable, needed
 from . import post_grad_slot
@@ -76,8 +74,7 @@ ACCUMULATOR_SHARE = 0.05
 #: The environment variable that sets the extra memory, in MiB, a merged pair may take in
 #: place of that bound: more where the memory is there to trade for speed (a chunk of
 #: Liger's logits that is over the bound: docs/gpu-results.md), 0 for none.
-BUDGET_VARIABLE = "INDUCTOR_ADDMM_FIX_PAIR_BUDGET_MIB"
-_warned_values: set = set()
+BUDGET_VARIABLE = PAIR_BUDGET.variable
 
 #: name -> ``takes(first, second)``: the op (``op(acc, a, b, a2, b2)``) that accumulates a
 #: pair of steps with each step's operands where they lie, or None where it does not take
@@ -89,51 +86,12 @@ def cache_settings() -> tuple:
     """What the pass's output depends on besides its source and the graph (the FX graph
     cache keys on it): the budget's constants, the budget the environment sets, and the
     splitters registered."""
-    return (FLOOR_BYTES, ACCUMULATOR_SHARE, budget_from_environment(), tuple(sorted(SPLITTERS)))
-
-
-def _budget_value() -> str:
-    """The value of :data:`BUDGET_VARIABLE`, stripped ("" when unset)."""
-    return os.environ.get(BUDGET_VARIABLE, "").strip()
-
-
-def _budget_bytes(raw: str) -> int | None:
-    """The bytes a value of :data:`BUDGET_VARIABLE` sets: a number of MiB, 0 or more;
-    None for anything else."""
-    try:
-        mib = float(raw)
-    except ValueError:
-        return None
-    return int(mib * 2**20) if mib >= 0 and math.isfinite(mib) else None
-
-
-def budget_from_environment() -> int | None:
-    """The bytes :data:`BUDGET_VARIABLE` sets, or None where it is unset or empty; any
-    other value is ignored with one warning per value."""
-    raw = _budget_value()
-    if not raw:
-        return None
-    chosen = _budget_bytes(raw)
-    if chosen is None and raw not in _warned_values:
-        _warned_values.add(raw)
-        message = (f"inductor_addmm_fix: {BUDGET_VARIABLE}={raw!r} is not a number of MiB (0 or more); "
-                   f"merged pairs keep the default budget (max(64 MiB, 5% of the accumulator))")
-        try:
-            warnings.warn(message, RuntimeWarning, stacklevel=2)
-        except Exception:  # -W error: compiling never raises for it
-            log.warning("%s", message)
-    return chosen
+    return (FLOOR_BYTES, ACCUMULATOR_SHARE, PAIR_BUDGET.value(), tuple(sorted(SPLITTERS)))
 
 
 def settings() -> str | None:
     """What the status shows beside "applied": the budget the environment sets, if any."""
-    raw = _budget_value()
-    if not raw:
-        return None
-    chosen = _budget_bytes(raw)
-    if chosen is None:
-        return f"{BUDGET_VARIABLE}={raw!r} ignored"
-    return f"pair budget {chosen / 2**20:g} MiB ({BUDGET_VARIABLE})"
+    return PAIR_BUDGET.status()
 
 
 def _count(what: str, n: int = 1) -> None:
@@ -409,7 +367,7 @@ def budget(chain: list[fx.Node]) -> int:
     """The extra memory a pair of ``chain`` may take: ``max(FLOOR_BYTES,
     ACCUMULATOR_SHARE`` of the accumulator), or what :data:`BUDGET_VARIABLE` sets; and at
     least what a narrowing cast of the result allocates at the peak anyway."""
-    chosen = budget_from_environment()
+    chosen = PAIR_BUDGET.value()
     if chosen is None:
         accumulator = _val(chain[-1])
         chosen = max(FLOOR_BYTES, int(ACCUMULATOR_SHARE * _bytes(accumulator)) if accumulator is not None else 0)
