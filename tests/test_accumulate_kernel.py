@@ -393,11 +393,11 @@ def test_off_hopper_a_pair_of_separate_chunks_is_stacked_as_before(feature_on):
 
 
 def test_turning_the_feature_off_takes_its_splitter_from_accumulate_pairs(pairs_on_hopper):
-    from inductor_addmm_fix.inductor.passes import accumulate_pairs
+    from inductor_addmm_fix.inductor.passes import fx_support
 
-    assert accumulate_kernel.NAME in accumulate_pairs.SPLITTERS
+    assert accumulate_kernel.NAME in fx_support.SPLITTERS
     inductor_addmm_fix.install("-accumulate_kernel")
-    assert accumulate_kernel.NAME not in accumulate_pairs.SPLITTERS
+    assert accumulate_kernel.NAME not in fx_support.SPLITTERS
     gs, x = separate_chunks(2)
     compiled = compile_and_run(lambda b, gs, x: accumulate_separate_chunks(b, gs, x, out_dtype=torch.float32),
                                torch.zeros(V, H), gs, x)

@@ -14,7 +14,7 @@ from helpers import compile_and_run, most_alive
 from workloads import CHUNKS, accumulate_in_chunks, flce_inputs, flce_like
 
 from inductor_addmm_fix.activation import settings
-from inductor_addmm_fix.inductor.passes import accumulate_pairs, chunk_order
+from inductor_addmm_fix.inductor.passes import accumulate_pairs, chunk_order, fx_support
 
 aten = torch.ops.aten
 V, H, BT, CHUNK = 48, 40, 96, 16  # 6 chunks: 3 pairs
@@ -44,7 +44,7 @@ def test_consecutive_steps_are_merged_in_pairs(chunks):
     assert accumulate_pairs.accumulate_in_pairs(graph) == chunks // 2
     steps = accumulations(graph)
     assert len(steps) == chunks - chunks // 2  # an odd last chunk stays a step of its own
-    assert [s.meta[chunk_order.CHUNKS_PER_STEP] for s in steps[: chunks // 2]] == [2] * (chunks // 2)
+    assert [s.meta[fx_support.CHUNKS_PER_STEP] for s in steps[: chunks // 2]] == [2] * (chunks // 2)
     # Adjacent row slices of one tensor are taken as one slice: no copy of g or x.
     assert not [n for n in graph.nodes if n.target is aten.cat.default]
     graph.lint()
@@ -374,7 +374,7 @@ def splitter(monkeypatch):
     from inductor_addmm_fix.inductor import accumulate_kernel
 
     op = accumulate_kernel.addmm_pair_op()
-    monkeypatch.setitem(accumulate_pairs.SPLITTERS, "test", lambda first, second: op)
+    monkeypatch.setitem(fx_support.SPLITTERS, "test", lambda first, second: op)
     return op
 
 
@@ -389,7 +389,7 @@ def test_a_pair_a_splitter_takes_is_one_step_with_each_chunk_where_it_lies(split
     module = make_fx(separate_chunks_chain, tracing_mode="fake")(*args)
     assert accumulate_pairs.accumulate_in_pairs(module.graph) == 1
     (step,) = [n for n in module.graph.nodes if n.target is splitter]
-    assert step.meta[chunk_order.CHUNKS_PER_STEP] == 2
+    assert step.meta[fx_support.CHUNKS_PER_STEP] == 2
     assert not [n for n in module.graph.nodes if n.target is aten.cat.default] and not accumulations(module.graph)
     module.recompile()
     torch.testing.assert_close(module(*args), separate_chunks_chain(*args), rtol=1e-5, atol=1e-5)

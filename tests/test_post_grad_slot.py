@@ -180,3 +180,21 @@ def test_unavailable_without_the_config_option(monkeypatch):
     assert status.features["out_dtype"] == "applied"
     assert not slot.is_chained_pass(inductor_config.post_grad_custom_post_pass)
     assert "inductor.post_grad_slot" not in {p.name for p in status.patches}
+
+
+def test_no_pass_imports_another_pass():
+    """What passes share is in ``fx_support``; the slot runs them in its order."""
+    import ast
+    import pathlib
+
+    folder = pathlib.Path(slot.__file__).parent
+    package = "inductor_addmm_fix.inductor.passes"
+    shared = {"post_grad_slot", "fx_support", "__init__"}
+    passes = {p.stem for p in folder.glob("*.py")} - shared
+    for path in [*folder.glob("*.py"), folder.parent / "accumulate_kernel.py"]:
+        imported = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                where = (node.module or "").split(".")[-1]
+                imported |= {where} | {a.name for a in node.names} if node.level or package in (node.module or "") else set()
+        assert not (imported & (passes - {path.stem})), (path.name, imported & passes)

@@ -23,7 +23,7 @@ Merged pairs: ``accumulate_pairs`` merges two consecutive steps into one; where 
 chunks are separate tensors (Liger's, each its own logits buffer) it stacks them with a
 ``cat``, three chunks of memory more than eager, too many for a bf16 accumulator.  This
 feature gives that pass a splitter (:func:`takes_pair`, an entry of
-``accumulate_pairs.SPLITTERS``): on a Hopper GPU, where the kernel takes each step, the
+``fx_support.SPLITTERS``): on a Hopper GPU, where the kernel takes each step, the
 pair becomes ``inductor_addmm_fix::addmm_pair(acc, a, b, a2, b2)``, which Inductor's
 re-inplacing pass turns into ``addmm_pair_`` (an entry of its table that this feature
 adds, restricted to accumulation chains as ``reinplace``'s), lowered to
@@ -130,7 +130,7 @@ def takes_pair(first: Any, second: Any) -> torch._ops.OpOverload | None:
     with each step's operands where they lie, where the pair kernel takes them: a
     Hopper GPU, dtypes it takes, both steps' rows within :func:`.hopper_accumulate.max_k`
     (sizes read from their hints where symbolic: each call checks its own).  Else None."""
-    from .passes.accumulate_pairs import size_hint
+    from .passes.fx_support import size_hint
 
     val = lambda node: node.meta.get("val") if hasattr(node, "meta") else None  # noqa: E731
     acc, a, b, a2, b2 = (val(n) for n in (first.args[0], first.args[1], first.args[2], second.args[1], second.args[2]))
@@ -239,7 +239,7 @@ def _plan_pairs(lowerings: dict) -> Decision:
     from torch._inductor.fx_passes import reinplace
 
     from .lowerings import as_registered_lowering
-    from .passes import accumulate_pairs
+    from .passes import fx_support
 
     table = getattr(reinplace, "inplaceable_ops", None)
     require(isinstance(table, dict), "torch._inductor.fx_passes.reinplace.inplaceable_ops dict")
@@ -251,7 +251,7 @@ def _plan_pairs(lowerings: dict) -> Decision:
     )
     patches = [
         Patch("inductor.accumulate_pairs.split.hopper_accumulate",
-              DictEntry(accumulate_pairs.SPLITTERS, NAME, "inductor_addmm_fix accumulate_pairs splitters"), takes_pair),
+              DictEntry(fx_support.SPLITTERS, NAME, "inductor_addmm_fix accumulate_pairs splitters"), takes_pair),
         Patch("inductor.reinplace.addmm_pair",
               DictEntry(table, functional, "torch._inductor.fx_passes.reinplace.inplaceable_ops"),
               reinplace.InplaceableOp(inplace, 0, extra_check=is_accumulation)),

@@ -46,9 +46,8 @@ Upstream: none (an optimization across eager calls).
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.fx as fx
@@ -57,7 +56,7 @@ from ...activation.settings import PAIR_BUDGET
 from ...patching.counters import count
 from ...patching.declare import Decision, Unavailable, needed
 from . import post_grad_slot
-from .chunk_order import CHUNKS_PER_STEP
+from .fx_support import CHUNKS_PER_STEP, SPLITTERS, FakeValues, accumulation_ops, same_sizes, size_hint, val
 
 aten = torch.ops.aten
 log = logging.getLogger(__name__)
@@ -76,12 +75,6 @@ ACCUMULATOR_SHARE = 0.05
 #: Liger's logits that is over the bound: docs/gpu-results.md), 0 for none.
 BUDGET_VARIABLE = PAIR_BUDGET.variable
 
-#: name -> ``takes(first, second)``: the op (``op(acc, a, b, a2, b2)``) that accumulates a
-#: pair of steps with each step's operands where they lie, or None where it does not take
-#: them.  Each entry is a patch of the feature that provides the op (``accumulate_kernel``).
-SPLITTERS: dict[str, Callable[[fx.Node, fx.Node], Any]] = {}
-
-
 def cache_settings() -> tuple:
     """What the pass's output depends on besides its source and the graph (the FX graph
     cache keys on it): the budget's constants, the budget the environment sets, and the
@@ -98,25 +91,9 @@ def _count(what: str, n: int = 1) -> None:
     count(NAME, what, n)
 
 
-def _steps() -> tuple:
-    return (aten.addmm.default, aten.addmm.dtype)
-
-
-def _val(node: Any) -> Any:
-    return node.meta.get("val") if isinstance(node, fx.Node) else None
-
-
-def _same(a, b) -> bool:
-    """Sizes (or strides) known equal without a guard: comparing symbolic sizes with
-    ``==`` would guard on the answer and recompile the graph for other sizes."""
-    from torch.fx.experimental.symbolic_shapes import statically_known_true
-
-    return len(a) == len(b) and all(statically_known_true(x == y) for x, y in zip(a, b))
-
-
 def _plain_step(node: fx.Node) -> bool:
     """An ``addmm``/``addmm.dtype`` with ``beta = alpha = 1`` and 2-D operands."""
-    if node.op != "call_function" or node.target not in _steps():
+    if node.op != "call_function" or node.target not in accumulation_ops():
         return False
     if any(node.kwargs.get(k, 1) != 1 for k in ("beta", "alpha")) or set(node.kwargs) - {"beta", "alpha"}:
         return False
@@ -124,7 +101,7 @@ def _plain_step(node: fx.Node) -> bool:
     if len(args) != (4 if node.target is aten.addmm.dtype else 3):
         return False
     mat1, mat2 = args[1], args[2]
-    return all(isinstance(_val(m), torch.Tensor) and _val(m).dim() == 2 for m in (mat1, mat2))
+    return all(isinstance(val(m), torch.Tensor) and val(m).dim() == 2 for m in (mat1, mat2))
 
 
 def _transposed(node: Any) -> fx.Node | None:
@@ -193,7 +170,7 @@ def _expr(bound: Any) -> Any:
 
     if type(bound) is int:
         return sympy.Integer(bound)
-    value = _val(bound)
+    value = val(bound)
     if type(value) is int:
         return sympy.Integer(value)
     if isinstance(value, torch.SymInt):
@@ -235,7 +212,7 @@ def _symbolic_adjacent(starts: list[Any], ends: list[Any]) -> bool:
     e = [_expr(s) for s in ends]
     if any(x is None for x in a + e):
         return False
-    env = next((v.node.shape_env for v in map(_val, starts + ends) if isinstance(v, torch.SymInt)), None)
+    env = next((v.node.shape_env for v in map(val, starts + ends) if isinstance(v, torch.SymInt)), None)
     if env is None:
         return False
 
@@ -272,51 +249,12 @@ def _rows(graph: fx.Graph, pieces: list[fx.Node], mode: Any) -> fx.Node:
         base, start, end = adjacent
         node = graph.call_function(aten.slice.Tensor, (base, 0, start, end))
         with mode:
-            node.meta["val"] = aten.slice.Tensor(_val(base), 0, *(_val(b) if isinstance(b, fx.Node) else b for b in (start, end)))
+            node.meta["val"] = aten.slice.Tensor(val(base), 0, *(val(b) if isinstance(b, fx.Node) else b for b in (start, end)))
         return node
     node = graph.call_function(aten.cat.default, (list(pieces), 0))
     with mode:
-        node.meta["val"] = aten.cat.default([_val(p) for p in pieces], 0)
+        node.meta["val"] = aten.cat.default([val(p) for p in pieces], 0)
     return node
-
-
-class _FakeValues:
-    """Where the new nodes' values are computed: the graph's fake mode, with guards
-    suppressed (the values only describe the nodes; a guard here would be one more
-    reason to recompile).  Enter it as often as needed."""
-
-    def __init__(self, *nodes: fx.Node):
-        from torch._guards import detect_fake_mode
-
-        self.mode = detect_fake_mode([_val(n) for n in nodes])
-        self._stack: list[contextlib.ExitStack] = []
-
-    def __enter__(self):
-        stack = contextlib.ExitStack()
-        if self.mode is not None:
-            stack.enter_context(self.mode)
-            if self.mode.shape_env is not None:
-                stack.enter_context(self.mode.shape_env.suppress_guards())
-        self._stack.append(stack)
-        return self
-
-    def __exit__(self, *exc):
-        return self._stack.pop().__exit__(*exc)
-
-
-def size_hint(size: Any) -> int:
-    """A size's value for the first compiled shape, without a guard (unknown: 8192, as
-    Inductor assumes for unbacked sizes)."""
-    if isinstance(size, int):
-        return size
-    from torch.fx.experimental import symbolic_shapes
-
-    try:
-        # torch 2.15 names it optimization_hint, 2.11 size_hint (hint_int warns there), 2.8 hint_int.
-        hint = next(getattr(symbolic_shapes, n) for n in ("optimization_hint", "size_hint", "hint_int") if hasattr(symbolic_shapes, n))
-        return int(hint(size, fallback=8192))
-    except Exception:
-        return 8192
 
 
 def _bytes(value: Any, dtype: torch.dtype | None = None) -> int:
@@ -334,7 +272,7 @@ def _narrowing_cast_bytes(node: fx.Node) -> int:
         if user.op != "call_function" or user.target not in casts:
             continue
         dtype = user.args[1] if user.target is casts[0] and len(user.args) > 1 else user.kwargs.get("dtype")
-        value = _val(node)
+        value = val(node)
         if isinstance(dtype, torch.dtype) and value is not None and dtype.itemsize < value.dtype.itemsize:
             best = max(best, _bytes(value, dtype))
     return best
@@ -346,10 +284,10 @@ def pair_cost(first: fx.Node, second: fx.Node, split: bool = False) -> int:
     each chunk read where it lies) the ``cat`` of both."""
     cost = 0
     for pieces in ([_transposed(first.args[1]), _transposed(second.args[1])], [first.args[2], second.args[2]]):
-        if any(p is None or _val(p) is None for p in pieces):
+        if any(p is None or val(p) is None for p in pieces):
             return 0  # not mergeable: _merge declines it
         if _adjacent_slices(pieces) is None:
-            a, b = (_bytes(_val(p)) for p in pieces)
+            a, b = (_bytes(val(p)) for p in pieces)
             cost += a if split else a + a + b
     return cost
 
@@ -369,7 +307,7 @@ def budget(chain: list[fx.Node]) -> int:
     least what a narrowing cast of the result allocates at the peak anyway."""
     chosen = PAIR_BUDGET.value()
     if chosen is None:
-        accumulator = _val(chain[-1])
+        accumulator = val(chain[-1])
         chosen = max(FLOOR_BYTES, int(ACCUMULATOR_SHARE * _bytes(accumulator)) if accumulator is not None else 0)
     return max(chosen, _narrowing_cast_bytes(chain[-1]))
 
@@ -378,14 +316,14 @@ def _merge(graph: fx.Graph, first: fx.Node, second: fx.Node) -> fx.Node | None:
     """One step for ``first`` and ``second`` (``second.args[0] is first``), or None."""
     g = [_transposed(s.args[1]) for s in (first, second)]
     x = [s.args[2] for s in (first, second)]
-    if any(p is None or _val(p) is None for p in g):
+    if any(p is None or val(p) is None for p in g):
         return None
-    gv, xv = [_val(p) for p in g], [_val(p) for p in x]
-    if not (_same(gv[0].shape[1:], gv[1].shape[1:]) and _same(xv[0].shape[1:], xv[1].shape[1:])):
+    gv, xv = [val(p) for p in g], [val(p) for p in x]
+    if not (same_sizes(gv[0].shape[1:], gv[1].shape[1:]) and same_sizes(xv[0].shape[1:], xv[1].shape[1:])):
         return None
     if gv[0].dtype != gv[1].dtype or xv[0].dtype != xv[1].dtype:
         return None
-    mode = _FakeValues(first, second)
+    mode = FakeValues(first, second)
     with graph.inserting_before(second):
         g_cat = _rows(graph, g, mode)
         g_t = graph.call_function(aten.permute.default, (g_cat, [1, 0]))
@@ -393,15 +331,15 @@ def _merge(graph: fx.Graph, first: fx.Node, second: fx.Node) -> fx.Node | None:
         merged = graph.call_function(second.target, (first.args[0], g_t, x_cat, *second.args[3:]))
         with mode:
             g_t.meta["val"] = aten.permute.default(g_cat.meta["val"], [1, 0])
-            merged.meta["val"] = second.target(_val(first.args[0]), g_t.meta["val"], x_cat.meta["val"], *second.args[3:])
+            merged.meta["val"] = second.target(val(first.args[0]), g_t.meta["val"], x_cat.meta["val"], *second.args[3:])
     return _take_over(graph, first, second, merged, (merged, x_cat, g_t, g_cat))
 
 
 def _take_over(graph: fx.Graph, first: fx.Node, second: fx.Node, merged: fx.Node, made: tuple) -> fx.Node | None:
     """``merged`` in place of ``first`` and ``second`` where its value has ``second``'s
     shape, strides and dtype; else None, the nodes ``made`` for it erased."""
-    want, got = _val(second), merged.meta["val"]
-    if not (_same(got.shape, want.shape) and _same(got.stride(), want.stride()) and got.dtype == want.dtype):
+    want, got = val(second), merged.meta["val"]
+    if not (same_sizes(got.shape, want.shape) and same_sizes(got.stride(), want.stride()) and got.dtype == want.dtype):
         for n in made:
             if not n.users:
                 graph.erase_node(n)
@@ -418,12 +356,12 @@ def _take_over(graph: fx.Graph, first: fx.Node, second: fx.Node, merged: fx.Node
 
 def _merge_split(graph: fx.Graph, first: fx.Node, second: fx.Node, op: Any) -> fx.Node | None:
     """One ``op(acc, a, b, a2, b2)`` step for ``first`` and ``second``, or None."""
-    mode = _FakeValues(first, second)
+    mode = FakeValues(first, second)
     args = (first.args[0], first.args[1], first.args[2], second.args[1], second.args[2])
     with graph.inserting_before(second):
         merged = graph.call_function(op, args)
     with mode:
-        merged.meta["val"] = op(*(_val(a) for a in args))
+        merged.meta["val"] = op(*(val(a) for a in args))
     return _take_over(graph, first, second, merged, (merged,))
 
 

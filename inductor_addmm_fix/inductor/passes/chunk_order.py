@@ -48,13 +48,12 @@ import torch.fx as fx
 from ...patching.counters import count
 from ...patching.declare import Decision, Unavailable, needed
 from . import post_grad_slot
+from .fx_support import CHUNKS_PER_STEP, accumulation_ops
 
 aten = torch.ops.aten
 log = logging.getLogger(__name__)
 
 NAME = "chunk_order"  # counted as "chunk_order:<event>" in counters["inductor_addmm_fix"]
-#: ``node.meta`` key: how many chunks an accumulation step accumulates (default 1).
-CHUNKS_PER_STEP = "inductor_addmm_fix_chunks"
 RETIRED_BY = (
     "none known: functionalized graphs keep no order between chunks that reuse one out= buffer"
 )
@@ -62,10 +61,6 @@ RETIRED_BY = (
 
 def _count(what: str, n: int = 1) -> None:
     count(NAME, what, n)
-
-
-def _chain_ops() -> tuple:
-    return (aten.addmm.default, aten.addmm.dtype)
 
 
 def _matmuls() -> tuple:
@@ -114,7 +109,7 @@ def _is_step(node) -> bool:
     """An accumulation step: ``addmm``/``addmm.dtype``, or a step that ``accumulate_pairs``
     made of several (``node.meta[CHUNKS_PER_STEP]``, whatever its op)."""
     return (isinstance(node, fx.Node) and node.op == "call_function" and bool(node.args)
-            and (node.target in _chain_ops() or CHUNKS_PER_STEP in node.meta))
+            and (node.target in accumulation_ops() or CHUNKS_PER_STEP in node.meta))
 
 
 def accumulation_chains(graph: fx.Graph) -> list[list[fx.Node]]:

@@ -46,7 +46,6 @@ buffer, not write only its slice).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from typing import Any
 
@@ -56,6 +55,7 @@ import torch.fx as fx
 from ...patching.counters import count
 from ...patching.declare import Decision, Unavailable, needed
 from . import post_grad_slot
+from .fx_support import FakeValues, same_sizes
 
 aten = torch.ops.aten
 log = logging.getLogger(__name__)
@@ -246,12 +246,6 @@ def _min_pieces() -> int:
     return int(getattr(config, "max_pointwise_cat_inputs", 8)) + 1
 
 
-def _fake_mode(val: torch.Tensor) -> Any:
-    from torch._guards import detect_fake_mode
-
-    return detect_fake_mode([val])
-
-
 def copied_back_into(chain: list[fx.Node], base: Any) -> fx.Node | None:
     """The ``copy_(base, result)`` that puts the chain's result back into ``base``, when
     ``base`` is a graph input that nothing else reads (functionalization's epilogue for
@@ -297,10 +291,7 @@ def read_back(node: Any) -> Any:
     val, sval = node.meta.get("val"), src.meta.get("val") if isinstance(src, fx.Node) else None
     if not (isinstance(val, torch.Tensor) and isinstance(sval, torch.Tensor) and val.dtype == sval.dtype):
         return None
-    from torch.fx.experimental.symbolic_shapes import statically_known_true
-
-    same = lambda xs, ys: len(xs) == len(ys) and all(statically_known_true(x == y) for x, y in zip(xs, ys))  # noqa: E731
-    if not (same(val.shape, sval.shape) and same(val.stride(), sval.stride())):
+    if not (same_sizes(val.shape, sval.shape) and same_sizes(val.stride(), sval.stride())):
         return None
     return src
 
@@ -390,8 +381,7 @@ def _write_in_place(graph: fx.Graph, chain: list[fx.Node], base: fx.Node, dim: i
     """Each write becomes ``copy_`` into its slice of the graph input, where the write
     was; readers of the result read the input (now written); the epilogue goes.  New
     nodes get their fake values before the graph changes."""
-    mode = _fake_mode(base.meta["val"]) or contextlib.nullcontext()
-    with mode:
+    with FakeValues(base):
         planned = [
             (node, start, end, aten.slice.Tensor(base.meta["val"], dim, _value(start), _value(end)))
             for start, end, node in writes
@@ -419,7 +409,7 @@ def _concatenate(graph: fx.Graph, chain: list[fx.Node], base: fx.Node, dim: int,
     values) first and used only if its value has the chain result's shape and strides;
     otherwise (or on a failure) the new nodes are removed and the graph is as it was."""
     last = chain[-1]
-    mode = _fake_mode(last.meta["val"]) or contextlib.nullcontext()
+    mode = FakeValues(last)
     created: list[fx.Node] = []
     try:
         inputs = []
