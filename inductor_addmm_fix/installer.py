@@ -25,6 +25,7 @@ from .version import __version__
 from . import features as F
 from .patching import import_hooks
 from .patching.declare import Decision, PlanError, Unavailable, patches_of, plan_modules
+from .core import table_caches
 from .patching.registry import Patch, Registry
 from .report import WAITING, PatchStatus, Status
 
@@ -52,7 +53,7 @@ class _Applied:
 
 
 _lock = threading.RLock()
-_registry = Registry()
+_registry = Registry(after_change=(table_caches.drop,))  # torch's copies of the tables it edits
 _state: dict = {"wanted": False, "activation": None, "selected": frozenset(), "selected_by": None}
 _features: dict[str, _Applied] = {}
 _machinery: dict[str, _Applied] = {}

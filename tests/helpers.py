@@ -259,7 +259,7 @@ def tables_snapshot(tables: dict | None = None) -> dict:
     for op in (aten.slice.Tensor, aten.select.int):
         snap[("views", "lowering", str(op))] = _entry(tables["lowering"], op)
     for name in ("slice_writes", "chunk_order", "accumulate_pairs"):
-        snap[(name, "passes", name)] = [id(p) for (_, n), p in tables["passes"].items() if n == name]
+        snap[(name, "passes", name)] = [id(p) for n, p in tables["passes"].items() if n == name]
     for feature, slots in tables["attributes"].items():
         for owner, attr in slots:
             snap[(feature, "attribute", attr)] = _wrappers_of(feature, vars(owner).get(attr))

@@ -13,7 +13,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from helpers import compile_and_run, most_alive
 from workloads import CHUNKS, accumulate_in_chunks, flce_inputs, flce_like
 
-from inductor_addmm_fix.activation import settings
+from inductor_addmm_fix import settings
 from inductor_addmm_fix.inductor.passes import accumulate_pairs, chunk_order, fx_support
 
 aten = torch.ops.aten

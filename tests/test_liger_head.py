@@ -17,7 +17,7 @@ from torch._dynamo.utils import counters
 
 from helpers import liger_mimic, many_recompiles
 from inductor_addmm_fix import installer
-from inductor_addmm_fix.activation import settings
+from inductor_addmm_fix import settings
 from inductor_addmm_fix.dynamo import liger_head
 from inductor_addmm_fix.patching.counters import COUNTER
 

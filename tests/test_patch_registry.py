@@ -6,7 +6,8 @@ import types
 
 import pytest
 
-from inductor_addmm_fix.patching.registry import Attribute, Patch, Registry, innermost
+from inductor_addmm_fix.patching.registry import Patch, Registry
+from inductor_addmm_fix.patching.slots import Attribute, innermost
 
 
 def stock(x):

@@ -9,7 +9,7 @@ import warnings
 import pytest
 
 import inductor_addmm_fix
-from inductor_addmm_fix.activation import settings
+from inductor_addmm_fix import settings
 
 SETTINGS = [settings.PAIR_BUDGET, settings.LIGER_HEAD]
 PACKAGE = pathlib.Path(inductor_addmm_fix.__file__).parent
@@ -31,7 +31,7 @@ def _names(path: pathlib.Path, variable: str) -> bool:
 @pytest.mark.parametrize("setting", SETTINGS, ids=lambda s: s.variable)
 def test_only_the_settings_module_names_the_variable(setting):
     naming = sorted(p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*.py") if _names(p, setting.variable))
-    assert naming == ["activation/settings.py"]
+    assert naming == ["settings.py"]
 
 
 @pytest.mark.parametrize("setting, good, bad", [(settings.PAIR_BUDGET, "80", "lots"), (settings.LIGER_HEAD, "Loop", "fast")],

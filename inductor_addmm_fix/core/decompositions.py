@@ -16,7 +16,8 @@ from torch._prims_common.wrappers import out_wrapper
 
 from ..patching.declare import Decision, needed, not_needed, require
 from ..patching.probes import aten_op
-from ..patching.registry import DictEntry, Patch
+from ..patching.registry import Patch
+from ..patching.slots import DictEntry
 from .checks import check_bmm_operands, check_mm_operands
 from .probes import FAMILY, core_decomposition_works, has_out_dtype_overloads
 

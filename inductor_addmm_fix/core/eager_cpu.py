@@ -22,7 +22,8 @@ import torch
 
 from ..patching.declare import Decision, per_op, require
 from ..patching.probes import aten_op
-from ..patching.registry import DispatcherKernel, Patch
+from ..patching.registry import Patch
+from ..patching.slots import DispatcherKernel
 from .probes import FAMILY, eager_cpu_has_kernel, has_out_dtype_overloads
 
 RETIRED_BY = "none yet: torch implements the out_dtype matmuls for CUDA and XPU only"

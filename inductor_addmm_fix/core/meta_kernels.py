@@ -26,7 +26,8 @@ from torch._prims_common.wrappers import out_wrapper
 
 from ..patching.declare import Decision, PlanError, needed, not_needed, require
 from ..patching.probes import aten_op
-from ..patching.registry import DictEntry, DispatcherKernel, Patch, PyKernel
+from ..patching.registry import Patch
+from ..patching.slots import DictEntry, DispatcherKernel, PyKernel
 from .checks import (
     check_addmm_dtype,
     check_baddbmm_dtype,

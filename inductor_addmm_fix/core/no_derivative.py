@@ -25,7 +25,8 @@ import torch
 from ..patching.declare import Decision, per_op, require
 from ..patching.ops import package_op
 from ..patching.probes import aten_op
-from ..patching.registry import Patch, PyKernel
+from ..patching.registry import Patch
+from ..patching.slots import PyKernel
 from .probes import FAMILY, has_no_derivative, has_out_dtype_overloads
 
 RETIRED_BY = "none yet: torch defines no derivative for the out_dtype overloads"

@@ -21,7 +21,8 @@ from typing import Any, Callable
 
 from ..patching.declare import Decision, needed, require
 from ..patching.probes import global_names
-from ..patching.registry import Attribute, Patch
+from ..patching.registry import Patch
+from ..patching.slots import Attribute
 
 RETIRED_BY = "none known: TensorifyState outlives the frame whose compile filled it"
 NAME = "dynamo.float_specializations_per_frame"

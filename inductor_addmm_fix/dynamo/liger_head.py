@@ -49,10 +49,11 @@ import inspect
 import json
 from typing import Any, Callable
 
-from ..activation.settings import LIGER_HEAD, LIGER_HEAD_MODES
+from ..settings import LIGER_HEAD, LIGER_HEAD_MODES
 from ..patching.counters import count
 from ..patching.declare import Decision, needed, require
-from ..patching.registry import Attribute, Patch
+from ..patching.registry import Patch
+from ..patching.slots import Attribute
 
 NAME = "dynamo.liger_flce_forward_opaque"
 RETIRED_BY = "none known: Dynamo unrolls Liger's chunk loop and guards on the chunk count"
@@ -358,7 +359,7 @@ def redirect(stock: Callable[..., Any]) -> Callable[..., Any]:
         return call_function.stock(self, tx, args, kwargs)
 
     call_function.stock = stock  # type: ignore[attr-defined]
-    call_function.splices = True  # type: ignore[attr-defined]  (calls through .stock: see registry.wrapper_over)
+    call_function.splices = True  # type: ignore[attr-defined]  (calls through .stock: see slots.wrapper_over)
     return call_function
 
 

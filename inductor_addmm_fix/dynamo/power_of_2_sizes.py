@@ -37,7 +37,8 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ..patching.declare import Decision, Unavailable, needed, not_needed, require
-from ..patching.registry import Attribute, Patch
+from ..patching.registry import Patch
+from ..patching.slots import Attribute
 
 NAME = "dynamo.next_power_of_2_by_comparisons"
 RETIRED_BY = "none known: Dynamo traces triton.next_power_of_2's bit twiddling on a SymInt"
@@ -103,7 +104,7 @@ def redirect(stock: Callable[..., Any], targets: Callable[[], Any]) -> Callable[
         return call_function.stock(self, tx, args, kwargs)
 
     call_function.stock = stock  # type: ignore[attr-defined]
-    call_function.splices = True  # type: ignore[attr-defined]  (calls through .stock: see registry.wrapper_over)
+    call_function.splices = True  # type: ignore[attr-defined]  (calls through .stock: see slots.wrapper_over)
     return call_function
 
 

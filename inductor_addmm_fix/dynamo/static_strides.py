@@ -23,7 +23,8 @@ from typing import Any, Callable
 import torch
 
 from ..patching.declare import Decision, needed, not_needed, require
-from ..patching.registry import Attribute, Patch
+from ..patching.registry import Patch
+from ..patching.slots import Attribute
 
 RETIRED_BY = "none known: TensorVariable.specialize keeps SymInt strides of a static shape"
 NAME = "dynamo.static_strides_as_ints"

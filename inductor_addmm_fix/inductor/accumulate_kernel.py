@@ -45,7 +45,8 @@ from ..patching.counters import count
 from ..patching.declare import Decision, Unavailable, needed, require
 from ..patching.ops import package_op
 from ..patching.probes import takes_parameter
-from ..patching.registry import ABSENT, DictEntry, Patch
+from ..patching.registry import Patch
+from ..patching.slots import ABSENT, DictEntry
 from . import hopper_accumulate
 from .hopper_accumulate import dtypes_supported, on_hopper, pair_sizes_supported, sizes_supported
 from .reinplace import addmm_dtype_eager, addmm_dtype_inplace, is_accumulation, lower_addmm_, lower_addmm_dtype_
@@ -199,7 +200,7 @@ def lowering_over(op: torch._ops.OpOverload, what: str, stock: Any) -> Any:
     lower.__doc__ = f"{op}: inductor_addmm_fix::accumulate_ on Hopper GPUs, else the wrapped lowering."
     entry = as_registered_lowering(op, lower)
     entry.stock = stock  # type: ignore[attr-defined]
-    entry.splices = True  # type: ignore[attr-defined]  (calls through .stock: see registry.wrapper_over)
+    entry.splices = True  # type: ignore[attr-defined]  (calls through .stock: see slots.wrapper_over)
     return entry
 
 

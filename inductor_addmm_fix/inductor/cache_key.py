@@ -16,7 +16,8 @@ import hashlib
 
 from ..patching.declare import Decision, needed
 from ..patching.probes import config_is_per_thread
-from ..patching.registry import AppendTag, ConfigOption, Patch, SetValue
+from ..patching.config_options import AppendTag, ConfigOption, SetValue
+from ..patching.registry import Patch
 
 RETIRED_BY = "when the compile caches key on the lowering tables (no upstream change yet)"
 

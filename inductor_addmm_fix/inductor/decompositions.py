@@ -26,7 +26,8 @@ from ..core.decompositions import scale_and_add
 from ..core.probes import FAMILY
 from ..patching.declare import Decision, needed, not_needed, require
 from ..patching.probes import aten_op, is_packet_wide
-from ..patching.registry import DictEntry, Patch
+from ..patching.registry import Patch
+from ..patching.slots import DictEntry
 
 RETIRED_BY = "pytorch/pytorch#190936 (open): Inductor stops claiming the .dtype overloads"
 

@@ -32,7 +32,8 @@ from ..core.probes import FAMILY, eager_kernel_devices
 from ..patching.counters import count
 from ..patching.declare import Decision, needed, not_needed, require
 from ..patching.probes import aten_op, is_packet_wide, takes_parameter
-from ..patching.registry import ABSENT, DictEntry, Patch
+from ..patching.registry import Patch
+from ..patching.slots import ABSENT, DictEntry
 
 aten = torch.ops.aten
 RETIRED_BY = "pytorch/pytorch#190936 (open): Inductor stops claiming the .dtype overloads"

@@ -32,7 +32,8 @@ from ..patching.counters import count
 from ..patching.declare import Decision, PlanError, needed, not_needed, require
 from ..patching.ops import package_op
 from ..patching.probes import aten_op, inductor_lowering, takes_parameter
-from ..patching.registry import DictEntry, Patch
+from ..patching.registry import Patch
+from ..patching.slots import DictEntry
 
 aten = torch.ops.aten
 ACCUMULATE_IN_PLACE = "accumulate_in_place"  # counted as "<op>:accumulate_in_place"

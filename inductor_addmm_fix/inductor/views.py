@@ -34,7 +34,8 @@ import torch
 
 from ..patching.declare import Decision, PlanError, needed, not_needed, require
 from ..patching.probes import ProbeError, aten_op, inductor_lowering
-from ..patching.registry import DictEntry, Patch
+from ..patching.registry import Patch
+from ..patching.slots import DictEntry
 
 aten = torch.ops.aten
 RETIRED_BY = "pytorch/pytorch#161115 (PR #184050, reverted): Triton-kernel clones of views"

@@ -38,7 +38,8 @@ import torch
 from ..patching.counters import count
 from ..patching.declare import Decision, PlanError, Unavailable, needed, not_needed, require
 from ..patching.probes import global_names
-from ..patching.registry import Attribute, Patch, innermost
+from ..patching.registry import Patch
+from ..patching.slots import Attribute, innermost
 
 RETIRED_BY = "pytorch/pytorch#169782 (torch 2.12): only tl.constexpr and None arguments are Triton constants"
 NAME = "triton.analysis_scalars_as_arguments"
@@ -146,7 +147,7 @@ def generate_ttir_with_scalar_arguments(stock: Callable[..., Any]) -> Callable[.
         return module, names
 
     generate_ttir.stock = stock  # type: ignore[attr-defined]
-    generate_ttir.splices = True  # type: ignore[attr-defined]  (calls through .stock: see registry.wrapper_over)
+    generate_ttir.splices = True  # type: ignore[attr-defined]  (calls through .stock: see slots.wrapper_over)
     return generate_ttir
 
 

@@ -40,7 +40,8 @@ import torch
 from ..patching.counters import count
 from ..patching.declare import Decision, Unavailable, needed, not_needed, require
 from ..patching.probes import global_names
-from ..patching.registry import Attribute, Patch, innermost
+from ..patching.registry import Patch
+from ..patching.slots import Attribute, innermost
 from .analysis import _no_warnings_as_errors, analysis_target, probe_arguments, probe_kernel, triton_available
 
 RETIRED_BY = "pytorch/pytorch#193227 (open): a user Triton kernel's accesses worked out once per signature"
@@ -151,7 +152,7 @@ def kept_answers(stock: Callable[..., Any]) -> Callable[..., Any]:
         return answer
 
     analyse.stock = stock  # type: ignore[attr-defined]
-    analyse.splices = True  # type: ignore[attr-defined]  (calls through .stock: see registry.wrapper_over)
+    analyse.splices = True  # type: ignore[attr-defined]  (calls through .stock: see slots.wrapper_over)
     analyse.answers = answers  # type: ignore[attr-defined]
     return analyse
 

@@ -37,7 +37,8 @@ import torch
 
 from ..patching.declare import Decision, needed, not_needed, require
 from ..patching.probes import global_names
-from ..patching.registry import Attribute, Patch
+from ..patching.registry import Patch
+from ..patching.slots import Attribute
 
 RETIRED_BY = "pytorch/pytorch#192227 (torch 2.15): the copy of a dense mutated view is the view alone"
 NAME = "triton.clone_of_mutated_views"

@@ -29,7 +29,8 @@ import torch
 
 from ..patching.counters import count
 from ..patching.declare import Decision, needed, not_needed, require
-from ..patching.registry import Attribute, Patch
+from ..patching.registry import Patch
+from ..patching.slots import Attribute
 
 log = logging.getLogger(__name__)
 RETIRED_BY = "none known: tensorify_python_scalars specializes floats passed to user Triton kernels"

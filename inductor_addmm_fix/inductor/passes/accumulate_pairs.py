@@ -52,7 +52,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from ...activation.settings import PAIR_BUDGET
+from ...settings import PAIR_BUDGET
 from ...patching.counters import count
 from ...patching.declare import Decision, Unavailable, needed
 from . import post_grad_slot

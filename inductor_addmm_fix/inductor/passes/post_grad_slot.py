@@ -23,7 +23,9 @@ import torch.fx as fx
 
 from ...patching.declare import Decision, needed
 from ...patching.probes import config_is_per_thread, hash_of_files
-from ...patching.registry import ConfigOption, DictEntry, Patch, WrapValue
+from ...patching.config_options import ConfigOption, WrapValue
+from ...patching.registry import Patch
+from ...patching.slots import DictEntry
 
 RETIRED_BY = "none: the slot is how a plugin adds post-grad passes"
 
