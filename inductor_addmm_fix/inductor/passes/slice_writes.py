@@ -46,6 +46,7 @@ buffer, not write only its slice).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any
 
@@ -144,7 +145,43 @@ def scatter_chains(graph: fx.Graph) -> list[list[fx.Node]]:
     return chains
 
 
-def plan_in_place(chain: list[fx.Node]) -> tuple[fx.Node, int, list[tuple[Any, Any, fx.Node]], fx.Node] | None:
+@dataclasses.dataclass
+class InPlace:
+    """A chain whose result is copied back into a graph input: each write becomes a copy
+    into its slice of ``base`` (``writes``: (start, end, write node)), the ``epilogue``
+    (the copy back) goes."""
+
+    base: fx.Node
+    dim: int
+    writes: list[tuple[Any, Any, fx.Node]]
+    epilogue: fx.Node
+
+    def apply(self, graph: fx.Graph, chain: list[fx.Node]) -> int:
+        """Rewrite the graph; the number of pieces written."""
+        _write_in_place(graph, chain, self.base, self.dim, self.writes, self.epilogue)
+        _count("in_place")
+        return len(self.writes)
+
+
+@dataclasses.dataclass
+class Concatenation:
+    """A chain whose result becomes one ``cat`` of ``pieces`` along ``dim`` ((start, end,
+    write node, or None for a piece of ``base`` that no write covers))."""
+
+    base: fx.Node
+    dim: int
+    pieces: list[tuple[int, int, fx.Node | None]]
+
+    def apply(self, graph: fx.Graph, chain: list[fx.Node]) -> int | None:
+        """Rewrite the graph; the number of pieces written, or None where it is left as
+        it is (too few pieces, or a ``cat`` whose value would differ)."""
+        if len(self.pieces) < _min_pieces() or not _concatenate(graph, chain, self.base, self.dim, self.pieces):
+            return None
+        _count("cat")
+        return sum(1 for piece in self.pieces if piece[2] is not None)
+
+
+def plan_in_place(chain: list[fx.Node]) -> InPlace | None:
     """(base, dim, writes, epilogue) for a chain written into a graph input that the
     graph copies its result back into and that nothing else reads, else None.
     ``writes``: (start, end, write) in graph order; bounds may be symbolic.
@@ -175,7 +212,7 @@ def plan_in_place(chain: list[fx.Node]) -> tuple[fx.Node, int, list[tuple[Any, A
     epilogue = copied_back_into(chain, base)
     if epilogue is None:
         return None
-    return base, dims.pop(), writes, epilogue
+    return InPlace(base, dims.pop(), writes, epilogue)
 
 
 def _bound(value: Any) -> bool:
@@ -195,7 +232,7 @@ def _bound(value: Any) -> bool:
     return not free_unbacked_symbols(bound)
 
 
-def plan_cat(chain: list[fx.Node]) -> tuple[fx.Node, int, list[tuple[int, int, fx.Node | None]]] | None:
+def plan_cat(chain: list[fx.Node]) -> Concatenation | None:
     """(base, dim, pieces) for a chain whose writes are provably a concatenation, else
     None.  ``pieces`` cover the dimension in order: (start, end, write) with ``write``
     the ``slice_scatter`` node whose source fills the range, or None for a gap, filled
@@ -235,7 +272,7 @@ def plan_cat(chain: list[fx.Node]) -> tuple[fx.Node, int, list[tuple[int, int, f
         at = end
     if at < shape[dim]:
         pieces.append((at, shape[dim], None))
-    return base, dim, pieces
+    return Concatenation(base, dim, pieces)
 
 
 def _min_pieces() -> int:
@@ -359,14 +396,8 @@ def rewrite_slice_writes(graph: fx.Graph) -> int:
             return done
         chain, plan = found
         try:
-            if len(plan) == 4:
-                _write_in_place(graph, chain, *plan)
-                _count("in_place")
-                written = len(plan[2])
-            elif len(plan[2]) >= _min_pieces() and _concatenate(graph, chain, *plan):
-                _count("cat")
-                written = sum(1 for piece in plan[2] if piece[2] is not None)
-            else:
+            written = plan.apply(graph, chain)
+            if written is None:
                 continue
         except Exception as error:  # pragma: no cover - torch internals changed
             _count("error")
