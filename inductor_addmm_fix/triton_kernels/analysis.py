@@ -30,7 +30,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import numbers
-import warnings
 from typing import Any, Callable, Iterator
 
 import torch
@@ -40,20 +39,12 @@ from ..patching.declare import Decision, PlanError, Unavailable, needed, not_nee
 from ..patching.probes import global_names
 from ..patching.registry import Patch
 from ..patching.slots import Attribute, innermost
+from .probe_kernel import analysis_target, no_warnings_as_errors, probe_arguments, probe_kernel, triton_available
 
 RETIRED_BY = "pytorch/pytorch#169782 (torch 2.12): only tl.constexpr and None arguments are Triton constants"
 NAME = "triton.analysis_scalars_as_arguments"
 PREFIX = "triton_analysis"  # counted as "triton_analysis:<event>" in counters["inductor_addmm_fix"]
 MODULE = "torch._higher_order_ops.triton_kernel_wrap"
-
-
-def triton_available() -> bool:
-    try:
-        import triton.compiler.compiler  # noqa: F401
-        import triton.runtime.jit  # noqa: F401
-    except Exception:  # not installed, or a broken install: no user Triton kernels then
-        return False
-    return True
 
 
 # ---------------------------------------------------------------- the analysis's constants
@@ -169,73 +160,8 @@ def written_tensors_only(stock: Callable[..., Any]) -> Callable[..., Any]:
     return identify_mutated_tensors
 
 
-# ---------------------------------------------------------------- probe
-@functools.lru_cache(maxsize=None)
-def probe_kernel() -> Any:
-    """``scale(x_ptr, out_ptr, n, s, BLOCK)``: ``out = x * s`` with ``s.to(tl.float32)``,
-    as Liger's kernel treats its float arguments."""
-    import triton
-    import triton.language as tl
-
-    @triton.jit
-    def scale(x_ptr, out_ptr, n, s, BLOCK: tl.constexpr):
-        i = tl.arange(0, BLOCK)
-        x = tl.load(x_ptr + i, mask=i < n)
-        tl.store(out_ptr + i, x * s.to(tl.float32), mask=i < n)
-
-    return scale
-
-
-def probe_arguments() -> dict[str, Any]:
-    return {"x_ptr": torch.zeros(8), "out_ptr": torch.zeros(8), "n": 8, "s": 2.5, "BLOCK": 8}
-
-
-class _Target:
-    """A Triton driver that only answers a target: the analysis compiles to Triton IR,
-    which touches no GPU."""
-
-    def __init__(self, target: Any) -> None:
-        self.target = target
-
-    def get_current_target(self) -> Any:
-        return self.target
-
-
-@contextlib.contextmanager
-def analysis_target() -> Iterator[None]:
-    """Triton's active driver answers a GPU target without initializing a GPU (the
-    probe runs at the first compile, perhaps before a fork), then is as it was."""
-    import triton.backends
-    from triton.backends.compiler import GPUTarget
-    from triton.runtime import driver
-
-    backends = getattr(triton.backends, "backends", {})
-    if "nvidia" in backends:
-        target = GPUTarget("cuda", 90, 32)
-    elif "amd" in backends:
-        target = GPUTarget("hip", "gfx942", 64)
-    else:
-        raise Unavailable("Triton has neither its NVIDIA nor its AMD backend")
-    saved = dict(vars(driver))
-    driver.set_active(_Target(target))
-    try:
-        yield
-    finally:
-        vars(driver).clear()
-        vars(driver).update(saved)
-
-
 def _stock(fn: Any) -> Any:
     return getattr(fn, "stock", fn)
-
-
-@contextlib.contextmanager
-def _no_warnings_as_errors() -> Iterator[None]:
-    """Warnings Triton prints while compiling the probe kernel (Triton 3.9: "FP fusion
-    unset") say nothing about the probe; under ``python -W error`` they would fail it."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
 
 
 def analysis_compiles_scalars_as_constants() -> bool:
@@ -244,7 +170,7 @@ def analysis_compiles_scalars_as_constants() -> bool:
     from torch._higher_order_ops import triton_kernel_wrap as tkw
 
     stock = _stock(tkw.generate_ttir)
-    with analysis_target(), _no_warnings_as_errors():
+    with analysis_target(), no_warnings_as_errors():
         try:
             stock(probe_kernel(), probe_arguments(), {})
         except Exception:
@@ -265,7 +191,7 @@ def self_test() -> None:
 
     if not hasattr(tkw.generate_ttir, "stock"):  # not needed on this torch: nothing patched
         return
-    with analysis_target(), _no_warnings_as_errors():
+    with analysis_target(), no_warnings_as_errors():
         written = tkw.identify_mutated_tensors(probe_kernel(), probe_arguments(), {})
     if written != ["out_ptr"]:
         raise PlanError(f"self-test failed after patching: the probe kernel writes {written}, not ['out_ptr']")

@@ -42,7 +42,7 @@ from ..patching.declare import Decision, Unavailable, needed, not_needed, requir
 from ..patching.probes import global_names
 from ..patching.registry import Patch
 from ..patching.slots import Attribute, innermost
-from .analysis import _no_warnings_as_errors, analysis_target, probe_arguments, probe_kernel, triton_available
+from .probe_kernel import analysis_target, no_warnings_as_errors, probe_arguments, probe_kernel, triton_available
 
 RETIRED_BY = "pytorch/pytorch#193227 (open): a user Triton kernel's accesses worked out once per signature"
 NAME = "triton.analysis_once_per_signature"
@@ -175,7 +175,7 @@ def analysis_repeats() -> bool:
 
     tkw.generate_ttir = counting
     try:
-        with analysis_target(), _no_warnings_as_errors():
+        with analysis_target(), no_warnings_as_errors():
             for _ in range(2):
                 analyse(probe_kernel(), probe_arguments(), {})
     finally:
