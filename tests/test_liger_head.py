@@ -52,6 +52,9 @@ def graphs() -> int:
 
 
 def events(name: str) -> int:
+    """``liger_head:<name>*`` events counted: ``run`` while the op runs, the others while
+    Dynamo traces (torch 2.8 may drop those of a frame it traced twice: tests assert on
+    ``run``)."""
     return sum(n for key, n in counters[COUNTER].items() if key.startswith(f"liger_head:{name}"))
 
 
@@ -110,7 +113,7 @@ def test_changing_lengths_compile_two_graph_sets_and_no_more():
             assert_matches_float64(got, reference_step(*ref_tensors), tensors, ref_tensors)
             after.append(graphs())
     assert after[2:] == [after[1]] * (len(LENGTHS) - 2), after
-    assert events("loop:static") and events("opaque")
+    assert events("run") == len(LENGTHS) - 1  # every step but the first (static) ran the op
 
 
 @pytest.mark.slow
@@ -123,7 +126,7 @@ def test_the_loop_setting_compiles_the_loop_again_at_every_new_chunk_count(head_
             step(*inputs(rows))
             after.append(graphs())
     assert after[0] < after[1] < after[2], after
-    assert events("opaque") == 0 and events("loop:setting")
+    assert events("run") == 0
 
 
 def test_a_static_length_with_a_long_loop_takes_the_opaque_op():
@@ -138,7 +141,7 @@ def test_a_static_length_with_a_long_loop_takes_the_opaque_op():
         w = big.clone().requires_grad_()
         tensors, ref_tensors = (x, w, t, None), clones(x, w, t, None)
         assert_matches_float64(step(*tensors), reference_step(*ref_tensors), tensors, ref_tensors)
-    assert counters[COUNTER]["liger_head:opaque:long_loop"] and events("loop") == 0
+    assert events("run") == 1
 
 
 def test_liger_s_chunk_count_is_computed_as_liger_computes_it():
@@ -156,7 +159,7 @@ def test_static_lengths_compile_the_loop():
             tensors = inputs(40)
             ref_tensors = clones(*tensors)
             assert_matches_float64(step(*tensors), reference_step(*ref_tensors), tensors, ref_tensors)
-    assert events("opaque") == 0 and events("loop:static")
+    assert events("run") == 0
 
 
 def test_the_opaque_setting_takes_static_lengths_too(head_mode):
@@ -166,7 +169,7 @@ def test_the_opaque_setting_takes_static_lengths_too(head_mode):
         tensors = inputs(40)
         ref_tensors = clones(*tensors)
         assert_matches_float64(step(*tensors), reference_step(*ref_tensors), tensors, ref_tensors)
-    assert events("opaque") and events("loop") == 0
+    assert events("run")
 
 
 def test_dynamic_true_takes_the_opaque_op_at_the_first_compile():
@@ -176,7 +179,7 @@ def test_dynamic_true_takes_the_opaque_op_at_the_first_compile():
             tensors = inputs(rows)
             ref_tensors = clones(*tensors)
             assert_matches_float64(step(*tensors), reference_step(*ref_tensors), tensors, ref_tensors)
-        assert events("opaque") and events("loop") == 0
+        assert events("run")
         first = graphs()
         step(*inputs(LENGTHS[3]))
         assert graphs() == first
@@ -217,7 +220,7 @@ def test_every_option_gives_eager_s_outputs_and_gradients(head_mode, options):
         eager_tensors = clones(*tensors)
         got = torch.compile(run)(liger, *tensors)
         want = run(liger, *eager_tensors)
-    assert events("opaque")
+    assert events("run")
     assert [o is None for o in got] == [o is None for o in want]
     for a, b in zip(got, want):
         if b is not None:
@@ -249,7 +252,7 @@ def test_a_liger_forward_the_package_does_not_recognise_is_traced_with_one_warni
             assert_matches_float64(step(*tensors), reference_step(*ref_tensors), tensors, ref_tensors)
     said = [str(w.message) for w in caught if "not one this package recognises" in str(w.message)]
     assert len(said) == 1 and "seven values" in said[0], said
-    assert events("opaque") == 0
+    assert events("run") == 0
 
 
 def test_eager_calls_run_liger_s_own_function():
