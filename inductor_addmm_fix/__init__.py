@@ -27,8 +27,9 @@ def install(features=None) -> "Status":
     (``"-slice_writes"``, ``"out_dtype,reinplace"``) or an iterable of names.
 
     Idempotent and thread-safe: calling it again with another selection rolls back the
-    features no longer selected, and retries features that failed.  The Inductor part
-    of a feature applies now if Inductor is imported, otherwise as soon as it is.  On a
+    features no longer selected, and retries features that failed.  The parts of a
+    feature that a compile uses apply now if the compile's modules are imported
+    (``torch._dynamo``, ``torch._inductor.compile_fx``), otherwise as soon as they are.  On a
     torch where a feature cannot be applied, that feature alone is rolled back, with
     one warning; install() never raises."""
     from . import installer
@@ -58,7 +59,7 @@ def uninstall() -> "Status":
 
 def is_installed() -> bool:
     """Whether the package is active in this process: some features selected and none
-    failed (the Inductor part may still wait for Inductor to be imported)."""
+    failed (some parts may still wait for the first compile's imports)."""
     from . import installer
 
     return installer.is_installed()

@@ -4,9 +4,10 @@ A feature (``features.py``) is applied in up to three stages (``features.STAGES`
 ``core`` modules as soon as torch is imported, its ``tracing`` modules once
 ``torch._dynamo`` is, its ``inductor`` modules once ``torch._inductor.compile_fx`` is
 (waiting for each with a post-import hook, so that nothing here imports Dynamo or
-Inductor: a process that never compiles does not pay for them).  In each stage every selected feature plans (its modules probe torch and declare their
-patches), applies its patches through the one :class:`~.patching.registry.Registry`,
-and runs its self-test.  A failure in any step rolls back that feature, all its
+Inductor: a process that never compiles does not pay for them).  In each stage every
+selected feature plans (its modules probe torch and declare their patches), applies
+its patches through the one :class:`~.patching.registry.Registry`, and runs its
+self-test.  A failure in any step rolls back that feature, all its
 stages, warns once, and leaves the other features as they are; a torch that lacks what
 a feature needs, a known limitation, leaves the feature unapplied without a warning.
 Shared machinery (the post-grad slot, the cache-key tag) follows the features that
@@ -152,14 +153,16 @@ _APPLY = {TRACING: _apply_tracing_stage, INDUCTOR: _apply_inductor_stage}
 def _apply_deferred_stage(stage: str) -> None:
     """A stage run by its post-import hook: maybe inside a call of the user's (the first
     eager call of a kernel that imports torch._dynamo), so the probes run without the
-    dispatch modes active there.  A later stage whose module is imported already (an
-    import order torch does not have today) follows at once."""
+    dispatch modes active there.  A later stage whose module is imported already, and
+    done executing (an import order torch does not have today), follows at once; one
+    whose module is still executing waits for its own hook."""
     from torch.utils._python_dispatch import _disable_current_modes
 
     with _lock, _disable_current_modes():
         _apply_stage(stage)
         for later in DEFERRED[DEFERRED.index(stage) + 1 :]:
-            if F.STAGES[later] in sys.modules:
+            module = sys.modules.get(F.STAGES[later])
+            if module is not None and not getattr(getattr(module, "__spec__", None), "_initializing", False):
                 _apply_stage(later)
 
 
