@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import site
 import statistics
 import subprocess
 import sys
@@ -31,9 +32,9 @@ CODE = (
     "import torch, sys, json; "
     "print(json.dumps([m for m in ('torch._dynamo', 'torch._inductor') if m in sys.modules]))"
 )
-#: The same without any .pth line (``python -S``): ``site`` imported, as at start-up, but
-#: its site-packages folders put on sys.path by hand, which runs no .pth line.
-BARE = "import site, sys; sys.path += site.getsitepackages(); " + CODE
+#: The same without any .pth line (``python -S``): ``site`` imported, as at start-up, and
+#: this environment's site-packages folders put on sys.path by hand, which runs no .pth line.
+BARE = "import site, sys; sys.path += {folders!r}; " + CODE
 #: The activation alone, in milliseconds: what the entry point does at `import torch`.
 ACTIVATION = """
 import os, time
@@ -53,10 +54,11 @@ def environment(**changes: str | None) -> dict:
 
 
 def arms() -> dict[str, tuple[list[str], dict]]:
+    folders = site.getsitepackages()  # this interpreter's: a venv's, where it runs in one
     return {
         "on": ([sys.executable, "-c", CODE], environment()),
         "off": ([sys.executable, "-c", CODE], environment(INDUCTOR_ADDMM_FIX="0")),
-        "not activated": ([sys.executable, "-S", "-c", BARE],
+        "not activated": ([sys.executable, "-S", "-c", BARE.format(folders=folders)],
                           environment(TORCH_DEVICE_BACKEND_AUTOLOAD="0")),
     }
 
