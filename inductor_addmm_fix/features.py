@@ -23,14 +23,18 @@ from __future__ import annotations
 class Feature:
     """A feature: its name and the modules that make it up."""
 
-    __slots__ = ("name", "core", "tracing", "inductor", "self_tests", "machinery", "needs", "idle_here", "settings")
+    __slots__ = ("name", "core", "tracing", "inductor", "standins", "self_tests", "machinery", "needs", "idle_here",
+                 "settings")
 
-    def __init__(self, name, *, core=(), tracing=(), inductor=(), self_tests=None, machinery=("cache_key",), needs=(),
-                 idle_here=None, settings=None):
+    def __init__(self, name, *, core=(), tracing=(), inductor=(), standins=None, self_tests=None, machinery=("cache_key",),
+                 needs=(), idle_here=None, settings=None):
         self.name = name
         self.needs = tuple(needs)  # features it builds on (earlier in the table): off while one of them is
         self.core = tuple(core)  # patch modules applied at `import torch`, in the order they plan
         self.tracing = tuple(tracing)  # patch modules applied when torch._dynamo is imported
+        # stage -> modules of an earlier stage whose patches stand in for it until it applies
+        # (removed when it begins; their patches' names start with the module's name)
+        self.standins = dict(standins or {})
         self.inductor = tuple(inductor)  # patch modules of Inductor, in the order they plan
         self.self_tests = dict(self_tests or {})  # stage -> "module:function" run once it applied
         self.machinery = tuple(machinery)  # shared machinery it needs (keys of MACHINERY)
@@ -49,8 +53,9 @@ FEATURE_TABLE = (
     # Matmuls with out_dtype= (mm, bmm, addmm, baddbmm) trace and compile.
     Feature(
         "out_dtype",
-        core=("core.eager_cpu",),
+        core=("core.eager_cpu", "core.meta_trigger"),
         tracing=("core.meta_kernels", "core.decompositions", "core.no_derivative"),
+        standins={"tracing": ("core.meta_trigger",)},
         inductor=("inductor.decompositions", "inductor.lowerings"),
         self_tests={"tracing": "core.meta_kernels:self_test"},
     ),

@@ -182,6 +182,7 @@ def _apply_stage(stage: str) -> None:
                 _restore(applied)
                 applied.needs_off = off[0]
                 continue
+            _remove_standins(applied, feature.standins.get(stage, ()))
             try:
                 decisions = plan_modules(getattr(feature, stage))
                 patches = patches_of(decisions)
@@ -201,6 +202,21 @@ def _apply_stage(stage: str) -> None:
             log.info("%s: applied %d %s patch(es)", feature.name, len(patches), stage)
         if stage == INDUCTOR:
             _sync_machinery()
+
+
+def _remove_standins(applied: _Applied, modules) -> None:
+    """Take away the patches of ``modules``, which stood in for the stage that begins
+    (``Feature.standins``): its probes must see torch's own kernels."""
+    if not modules:
+        return
+
+    def of(name: str) -> bool:
+        return any(name == m or name.startswith(f"{m}.") for m in modules)
+
+    for problem in _registry.restore(only=[p for p in applied.patches if of(p.name)]):
+        warn_once(f"restore:{problem}", f"inductor_addmm_fix: {problem}")
+    applied.patches = [p for p in applied.patches if not of(p.name)]
+    applied.decisions = [d for d in applied.decisions if not of(d.name)]
 
 
 def _applied_at(name: str, stage: str) -> bool:
