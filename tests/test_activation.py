@@ -265,7 +265,6 @@ SPAWNED = """
 
     def fix_state(_=None):
         import torch, inductor_addmm_fix as fix
-        import torch._dynamo  # what a compile imports first: the meta kernels apply then
         from inductor_addmm_fix.core.probes import meta_kernel_works
         return fix.status().activation, fix.is_installed(), meta_kernel_works("baddbmm")
 

@@ -14,6 +14,8 @@ it costs ``import torch`` only the registration.
 
 from __future__ import annotations
 
+import threading
+
 from ..patching.declare import Decision, needed, not_needed, require
 from ..patching.probes import aten_op
 from ..patching.registry import DispatcherKernel, Patch
@@ -23,6 +25,7 @@ from .probes import FAMILY, has_out_dtype_overloads
 #: tracing stage of the feature begins (``Feature.standins``).
 PREFIX = "core.meta_trigger"
 RETIRED_BY = "the tracing stage of out_dtype (applied at the first import of torch._dynamo)"
+_calling = threading.local()  # .again: this thread runs a stand-in kernel, which calls the op again
 
 
 def trigger(qualname: str):
@@ -30,9 +33,18 @@ def trigger(qualname: str):
     op = aten_op(qualname)
 
     def first_meta_call(*args, **kwargs):
-        import torch._dynamo  # noqa: F401  (its hook applies the tracing stage, removing this kernel)
+        if getattr(_calling, "again", False):  # the tracing stage did not take this kernel away
+            raise NotImplementedError(
+                f"inductor_addmm_fix: the tracing stage of out_dtype did not replace the stand-in Meta kernel of "
+                f"aten::{qualname} (python -m inductor_addmm_fix says why)"
+            )
+        _calling.again = True
+        try:
+            import torch._dynamo  # noqa: F401  (its hook applies the tracing stage, removing this kernel)
 
-        return op(*args, **kwargs)
+            return op(*args, **kwargs)
+        finally:
+            _calling.again = False
 
     first_meta_call.__name__ = first_meta_call.__qualname__ = f"{qualname.replace('.', '_')}_first_meta_call"
     return first_meta_call
