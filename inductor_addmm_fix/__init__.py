@@ -4,7 +4,8 @@ and Liger-Kernel's FusedLinearCrossEntropy compiles to eager's memory.
 Once the package is installed, its ``torch.backends`` entry point and its ``.pth`` line
 apply it in every process with no import; ``import inductor_addmm_fix`` applies it too.
 ``INDUCTOR_ADDMM_FIX`` selects the features for all three routes (``0``: none,
-``1,-slice_writes``: all but one, ``out_dtype``: only that one; see ``features``).
+``1,-slice_writes``: all but one, ``out_dtype``: only that one; see
+``activation/selection.py``).
 Importing this package never imports torch or Inductor by itself, and imports nothing
 heavy: interpreter start-up runs it.
 
@@ -26,8 +27,9 @@ def install(features=None) -> "Status":
     (``"-slice_writes"``, ``"out_dtype,reinplace"``) or an iterable of names.
 
     Idempotent and thread-safe: calling it again with another selection rolls back the
-    features no longer selected, and retries features that failed.  The Inductor part
-    of a feature applies now if Inductor is imported, otherwise as soon as it is.  On a
+    features no longer selected, and retries features that failed.  The parts of a
+    feature that a compile uses apply now if the compile's modules are imported
+    (``torch._dynamo``, ``torch._inductor.compile_fx``), otherwise as soon as they are.  On a
     torch where a feature cannot be applied, that feature alone is rolled back, with
     one warning; install() never raises."""
     from . import installer
@@ -36,25 +38,12 @@ def install(features=None) -> "Status":
         from .activation.routes import warn_if_subprocess_compile_uncovered
 
         warn_if_subprocess_compile_uncovered(installer.warn_once)
+    from .activation import selection
+
     selected_by = "install()" if features is None else f"install(features={features!r})"
-    if features is not None:
-        features = _known(features, selected_by)
-    return installer.install(features, activation="install()", selected_by=selected_by)
-
-
-def _known(features, selected_by: str):
-    """``features`` as given, or without its unknown words, warned about once at the
-    caller's line (the installer's own warning would point into this package)."""
-    from .activation.startup import warn_unknown
-    from .features import NAMES, parse
-
-    if not isinstance(features, str):
-        features = list(features)
-    selected, unknown = parse(features)
-    if not unknown:
-        return features
-    warn_unknown(selected_by, unknown, selected, stacklevel=3)
-    return [name for name in NAMES if name in selected]
+    # Unknown words are warned about at the caller's line, not in this package.
+    selected = selection.resolve(features, selected_by, stacklevel=2)
+    return _reported(installer.install(selected, activation="install()", selected_by=selected_by))
 
 
 def uninstall() -> "Status":
@@ -65,12 +54,12 @@ def uninstall() -> "Status":
     from .activation import startup
 
     startup.cancel()
-    return installer.uninstall()
+    return _reported(installer.uninstall())
 
 
 def is_installed() -> bool:
     """Whether the package is active in this process: some features selected and none
-    failed (the Inductor part may still wait for Inductor to be imported)."""
+    failed (some parts may still wait for the first compile's imports)."""
     from . import installer
 
     return installer.is_installed()
@@ -82,7 +71,21 @@ def status() -> "Status":
     retires it.  ``str()`` prints it."""
     from . import installer
 
-    return installer.status()
+    return _reported(installer.status())
+
+
+def _reported(report):
+    """The report as ``python -m inductor_addmm_fix`` gives it: its summary line says
+    how INDUCTOR_ADDMM_FIX reads, and which setting of it turned every route off."""
+    import dataclasses
+
+    from .activation import env
+    from .report import headline
+
+    off_by = env.off_by() if report.activation is None else None
+    if off_by:
+        report = dataclasses.replace(report, features={name: f"off ({off_by})" for name in report.features})
+    return dataclasses.replace(report, summary=headline(report, env.switch(), off_by))
 
 
 def __getattr__(name: str):

@@ -1,22 +1,18 @@
-"""The features a user can name, and how a selection of them is written.
+"""The features a user can name: each one the patch modules that make it up.
 
 Each feature is the list of patch modules that make it up, by the stage at which they
-apply: ``core`` modules as soon as torch is imported, ``inductor`` modules once
-``torch._inductor`` is (the first compile: the Dynamo and AOTAutograd patches apply then
-too, before any graph reaches them).  Each feature is its own failure domain: if any of its modules
+apply (``STAGES``): ``core`` modules as soon as torch is imported (what eager mode
+meets), ``tracing`` modules once ``torch._dynamo`` is (every tracer imports it first:
+Dynamo, AOTAutograd, export, any ``FakeTensorMode``), ``inductor`` modules once
+``torch._inductor.compile_fx`` is (the first compile: the Dynamo and AOTAutograd
+patches apply then too, before any graph reaches them).  So a process that never
+compiles pays for the ``core`` modules only.  Each feature is its own failure domain: if any of its modules
 cannot plan, apply or pass its self-test on the installed torch, that feature alone
 is rolled back (all its layers) and warned about once.  Machinery that several
 features share (the post-grad pass slot, the cache-key tag) is applied while a
 feature that needs it is.
 
-A selection is written as the environment variable ``INDUCTOR_ADDMM_FIX`` takes it
-(and as ``install(features=...)`` takes it, or as an iterable of names):
-
-* unset, empty, ``1``, ``on``, ``true``, ``yes``, ``all``: every feature;
-* ``0``, ``off``, ``false``, ``no``: none (for the variable: every activation route off);
-* a comma list: ``-name`` removes a feature, a bare ``name`` selects only the named
-  ones (``1,-slice_writes``, ``-chunk_order``, ``out_dtype,reinplace``).  Unknown
-  names are reported to the caller (who warns once) and ignored.
+How a selection of features is written, and its one parser: ``activation/selection.py``.
 
 Imported at interpreter start-up: this module imports nothing.
 """
@@ -27,13 +23,18 @@ from __future__ import annotations
 class Feature:
     """A feature: its name and the modules that make it up."""
 
-    __slots__ = ("name", "core", "inductor", "self_tests", "machinery", "needs", "idle_here", "settings")
+    __slots__ = ("name", "core", "tracing", "inductor", "standins", "self_tests", "machinery", "needs", "idle_here",
+                 "settings")
 
-    def __init__(self, name, *, core=(), inductor=(), self_tests=None, machinery=("cache_key",), needs=(),
-                 idle_here=None, settings=None):
+    def __init__(self, name, *, core=(), tracing=(), inductor=(), standins=None, self_tests=None, machinery=("cache_key",),
+                 needs=(), idle_here=None, settings=None):
         self.name = name
         self.needs = tuple(needs)  # features it builds on (earlier in the table): off while one of them is
-        self.core = tuple(core)  # patch modules of torch core, in the order they plan
+        self.core = tuple(core)  # patch modules applied at `import torch`, in the order they plan
+        self.tracing = tuple(tracing)  # patch modules applied when torch._dynamo is imported
+        # stage -> modules of an earlier stage whose patches stand in for it until it applies
+        # (removed when it begins; their patches' names start with the module's name)
+        self.standins = dict(standins or {})
         self.inductor = tuple(inductor)  # patch modules of Inductor, in the order they plan
         self.self_tests = dict(self_tests or {})  # stage -> "module:function" run once it applied
         self.machinery = tuple(machinery)  # shared machinery it needs (keys of MACHINERY)
@@ -52,9 +53,11 @@ FEATURE_TABLE = (
     # Matmuls with out_dtype= (mm, bmm, addmm, baddbmm) trace and compile.
     Feature(
         "out_dtype",
-        core=("core.meta_kernels", "core.decompositions", "core.no_derivative", "core.eager_cpu"),
+        core=("core.eager_cpu", "core.meta_trigger"),
+        tracing=("core.meta_kernels", "core.decompositions", "core.no_derivative"),
+        standins={"tracing": ("core.meta_trigger",)},
         inductor=("inductor.decompositions", "inductor.lowerings"),
-        self_tests={"core": "core.meta_kernels:self_test"},
+        self_tests={"tracing": "core.meta_kernels:self_test"},
     ),
     # Accumulation chains (addmm(acc, ..., out=acc)) run in place, as in eager.
     Feature("reinplace", inductor=("inductor.reinplace",)),
@@ -98,6 +101,10 @@ FEATURE_TABLE = (
     Feature("liger_head", inductor=("dynamo.liger_head",), settings="dynamo.liger_head:settings"),
 )
 
+#: The stages in the order they apply, each with the module whose import triggers it
+#: (``torch``: applied by ``install()`` itself, which imports torch).
+STAGES = {"core": "torch", "tracing": "torch._dynamo", "inductor": "torch._inductor.compile_fx"}
+
 #: Shared machinery -> its module, in the order applied (after the features of a stage).
 MACHINERY = {
     "post_grad_slot": "inductor.passes.post_grad_slot",
@@ -106,35 +113,3 @@ MACHINERY = {
 
 NAMES = tuple(f.name for f in FEATURE_TABLE)
 BY_NAME = {f.name: f for f in FEATURE_TABLE}
-
-ON = frozenset({"", "1", "true", "on", "yes", "all"})
-OFF = frozenset({"0", "false", "off", "no"})
-
-
-def parse(spec) -> tuple[frozenset, tuple]:
-    """(the selected feature names, the unknown words) of a spec: a string as above,
-    None (every feature), or an iterable of names (``-name`` allowed)."""
-    if spec is None:
-        return frozenset(NAMES), ()
-    if isinstance(spec, str):
-        words = [w.strip().lower() for w in spec.split(",")]
-        words = [w for w in words if w]
-        if not words:
-            return frozenset(NAMES), ()
-        if len(words) == 1 and words[0] in OFF:
-            return frozenset(), ()
-    else:
-        words = [str(w).strip().lower() for w in spec]
-    chosen, removed, unknown, everything = set(), set(), [], False
-    for word in words:
-        name = word[1:] if word[:1] in "+-" else word
-        if word in ON:
-            everything = True
-        elif name in BY_NAME:
-            (removed if word.startswith("-") else chosen).add(name)
-        else:
-            unknown.append(word)
-    # Only removals (or only unknown words): from every feature.  An empty iterable: none.
-    everything = everything or (not chosen and bool(words))
-    selected = set(NAMES) if everything else chosen
-    return frozenset(selected - removed), tuple(unknown)

@@ -1,11 +1,13 @@
 """Applying the selected features to torch, each one its own failure domain.
 
-A feature (``features.py``) is applied in two stages: its ``core`` modules as soon as
-torch is imported, its ``inductor`` modules once ``torch._inductor.compile_fx`` is
-(waiting for it with a post-import hook, so that nothing here imports Inductor).  In
-each stage every selected feature plans (its modules probe torch and declare their
-patches), applies its patches through the one :class:`~.patching.registry.Registry`,
-and runs its self-test.  A failure in any step rolls back that feature, all its
+A feature (``features.py``) is applied in up to three stages (``features.STAGES``): its
+``core`` modules as soon as torch is imported, its ``tracing`` modules once
+``torch._dynamo`` is, its ``inductor`` modules once ``torch._inductor.compile_fx`` is
+(waiting for each with a post-import hook, so that nothing here imports Dynamo or
+Inductor: a process that never compiles does not pay for them).  In each stage every
+selected feature plans (its modules probe torch and declare their patches), applies
+its patches through the one :class:`~.patching.registry.Registry`, and runs its
+self-test.  A failure in any step rolls back that feature, all its
 stages, warns once, and leaves the other features as they are; a torch that lacks what
 a feature needs, a known limitation, leaves the feature unapplied without a warning.
 Shared machinery (the post-grad slot, the cache-key tag) follows the features that
@@ -29,9 +31,11 @@ from .core import table_caches
 from .patching.registry import Patch, Registry
 from .report import WAITING, PatchStatus, Status
 
+CORE, TRACING, INDUCTOR = F.STAGES
 #: The module whose import completes Inductor's tables; the Inductor stage waits for it.
-INDUCTOR_TRIGGER = "torch._inductor.compile_fx"
-CORE, INDUCTOR = "core", "inductor"
+INDUCTOR_TRIGGER = F.STAGES[INDUCTOR]
+#: The stages that wait for an import, in order.
+DEFERRED = (TRACING, INDUCTOR)
 SHARED = "shared"  # the feature column of machinery in status()
 
 log = logging.getLogger("inductor_addmm_fix")
@@ -76,18 +80,13 @@ def is_wanted() -> bool:
     return _state["wanted"]
 
 
-def install(features=None, *, activation: str = "install()", selected_by: str = "install(features=...)") -> Status:
-    """Apply the selected features (a spec, see ``features.parse``; None: all).
-    Idempotent and thread-safe; features no longer selected are rolled back, and
-    features that failed (or found this torch lacking) are planned again."""
+def install(selected=None, *, activation: str = "install()", selected_by: str = "install()") -> Status:
+    """Apply the selected features (names, as ``activation.selection.resolve`` gives
+    them; None: all).  Idempotent and thread-safe; features no longer selected are
+    rolled back, and features that failed (or found this torch lacking) are planned
+    again."""
     with _lock:
-        selected, unknown = F.parse(features)
-        if unknown:
-            warn_once(
-                f"unknown:{selected_by}:{','.join(unknown)}",
-                f"inductor_addmm_fix: {selected_by}: ignoring {', '.join(map(repr, unknown))}, "
-                f"not a feature ({', '.join(F.NAMES)}) nor on/off",
-            )
+        selected = frozenset(F.NAMES) if selected is None else frozenset(n for n in selected if n in F.BY_NAME)
         if not _state["wanted"]:
             _state.update(wanted=True, activation=activation)
         for name in [n for n in _features if n not in selected]:
@@ -102,9 +101,10 @@ def install(features=None, *, activation: str = "install()", selected_by: str = 
             if applied.error or applied.unavailable or applied.needs_off:  # nothing of it is applied: plan it again
                 _features[name] = _Applied()
         _apply_stage(CORE)  # imports torch, inside the guard: a torch we cannot patch only warns
-        if any(_waits_for_inductor(name) for name in selected):
-            import_hooks.when_imported(INDUCTOR_TRIGGER, _apply_inductor_stage)
-        elif INDUCTOR_TRIGGER in sys.modules:
+        for stage in DEFERRED:  # in order: a hook whose module is imported runs now
+            if any(_waits_for(name, stage) for name in selected):
+                import_hooks.when_imported(F.STAGES[stage], _APPLY[stage])
+        if INDUCTOR_TRIGGER in sys.modules:
             _sync_machinery()
         return status()
 
@@ -112,7 +112,8 @@ def install(features=None, *, activation: str = "install()", selected_by: str = 
 def uninstall() -> Status:
     """Restore every slot the package changed, exactly as it was."""
     with _lock:
-        import_hooks.cancel(INDUCTOR_TRIGGER)
+        for stage in DEFERRED:
+            import_hooks.cancel(F.STAGES[stage])
         for problem in _registry.restore():
             warn_once(f"restore:{problem}", f"inductor_addmm_fix: {problem}")
         _features.clear()
@@ -121,37 +122,68 @@ def uninstall() -> Status:
         return status()
 
 
-def _waits_for_inductor(name: str) -> bool:
+def _waits_for(name: str, stage: str) -> bool:
+    """Whether feature ``name`` is selected, not failed, and its ``stage`` waits for its import."""
     applied = _features.get(name)
     return (
         applied is not None
         and not applied.error
         and not applied.unavailable
         and not applied.needs_off
-        and bool(F.BY_NAME[name].inductor)
-        and INDUCTOR not in applied.stages
+        and bool(getattr(F.BY_NAME[name], stage))
+        and stage not in applied.stages
     )
 
 
+def waiting_for(name: str) -> str | None:
+    """The module whose import the next stage of feature ``name`` waits for, if any."""
+    return next((F.STAGES[stage] for stage in DEFERRED if _waits_for(name, stage)), None)
+
+
+def _apply_tracing_stage() -> None:
+    _apply_deferred_stage(TRACING)
+
+
 def _apply_inductor_stage() -> None:
-    _apply_stage(INDUCTOR)
+    _apply_deferred_stage(INDUCTOR)
+
+
+_APPLY = {TRACING: _apply_tracing_stage, INDUCTOR: _apply_inductor_stage}
+
+
+def _apply_deferred_stage(stage: str) -> None:
+    """A stage run by its post-import hook: maybe inside a call of the user's (the first
+    eager call of a kernel that imports torch._dynamo), so the probes run without the
+    dispatch modes active there.  A later stage whose module is imported already, and
+    done executing (an import order torch does not have today), follows at once; one
+    whose module is still executing waits for its own hook."""
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    with _lock, _disable_current_modes():
+        _apply_stage(stage)
+        for later in DEFERRED[DEFERRED.index(stage) + 1 :]:
+            module = sys.modules.get(F.STAGES[later])
+            if module is not None and not getattr(getattr(module, "__spec__", None), "_initializing", False):
+                _apply_stage(later)
 
 
 def _apply_stage(stage: str) -> None:
     with _lock:
         if not _state["wanted"]:
             return
+        earlier = list(F.STAGES)[: list(F.STAGES).index(stage)]
         for feature in F.FEATURE_TABLE:
             applied = _features.get(feature.name)
             if applied is None or applied.error or applied.unavailable or applied.needs_off or stage in applied.stages:
                 continue
-            if stage == INDUCTOR and feature.core and CORE not in applied.stages:
-                continue  # its core part is not applied
+            if any(getattr(feature, e) and e not in applied.stages for e in earlier):
+                continue  # an earlier part is not applied yet: its hook comes first
             off = [n for n in feature.needs if not _applied_at(n, stage)]
             if off:
                 _restore(applied)
                 applied.needs_off = off[0]
                 continue
+            _remove_standins(applied, feature.standins.get(stage, ()))
             try:
                 decisions = plan_modules(getattr(feature, stage))
                 patches = patches_of(decisions)
@@ -171,6 +203,21 @@ def _apply_stage(stage: str) -> None:
             log.info("%s: applied %d %s patch(es)", feature.name, len(patches), stage)
         if stage == INDUCTOR:
             _sync_machinery()
+
+
+def _remove_standins(applied: _Applied, modules) -> None:
+    """Take away the patches of ``modules``, which stood in for the stage that begins
+    (``Feature.standins``): its probes must see torch's own kernels."""
+    if not modules:
+        return
+
+    def of(name: str) -> bool:
+        return any(name == m or name.startswith(f"{m}.") for m in modules)
+
+    for problem in _registry.restore(only=[p for p in applied.patches if of(p.name)]):
+        warn_once(f"restore:{problem}", f"inductor_addmm_fix: {problem}")
+    applied.patches = [p for p in applied.patches if not of(p.name)]
+    applied.decisions = [d for d in applied.decisions if not of(d.name)]
 
 
 def _applied_at(name: str, stage: str) -> bool:
@@ -304,8 +351,8 @@ def status() -> Status:
                 states[name] = f"unavailable on this torch: {applied.unavailable}"
             elif applied.needs_off:
                 states[name] = f"off (needs the {applied.needs_off} feature, which is not applied)"
-            elif _waits_for_inductor(name):
-                states[name] = WAITING
+            elif waiting_for(name):
+                states[name] = f"{WAITING} (when {waiting_for(name)} is imported)"
             elif any(d.needed for d in applied.decisions):
                 states[name] = "applied"
             else:

@@ -7,15 +7,20 @@ that does not use its ops; a program that does gets stock's failure replaced by 
 
     python scripts/opinfo_parity.py                       # every op, CPU, float32
     python scripts/opinfo_parity.py --device cuda --dtype bfloat16 --jobs 4
-    python scripts/opinfo_parity.py --ops looked-at --samples 0 --grad   # what the slow tests run
+    python scripts/opinfo_parity.py --ops looked-at --samples 0 --grad   # the full sweep (pytest -m full_sweep)
+    python scripts/opinfo_parity.py --ops looked-at --samples 0 --grad --pick 3 --seed 0   # the slow tests' sample
     python scripts/opinfo_parity.py --ops 'mm|addmm|bmm|linear|matmul' --samples 0
     python scripts/opinfo_parity.py --modes static dynamic --jobs 2 --out /tmp/parity
 
 Each case: one sample input of one op, compiled with ``torch.compile(backend="inductor",
 dynamic=...)`` (``--grad``: the gradients of the outputs' sum too), from a fresh Dynamo,
 with Inductor's caches off and ``fallback_random`` on (random ops draw eager's numbers).
-Results go to ``--out`` as JSON lines, one file per job; the summary counts the cases and
-lists the differences.  Needs ``expecttest`` (torch's test utilities import it).
+``--pick N`` keeps N cases of each op (its samples times the modes), drawn with
+``--seed``: the same cases on every run.  Results go to ``--out`` as JSON lines, one
+file per job; the summary counts the cases and lists the differences.  The jobs are
+this process's children, in its process group: an interrupt (Ctrl-C, SIGTERM) or an
+error stops them before this process exits.  Needs ``expecttest`` (torch's test
+utilities import it).
 """
 
 from __future__ import annotations
@@ -24,7 +29,9 @@ import argparse
 import json
 import math
 import os
+import random
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -175,16 +182,46 @@ def worker(args) -> None:
                 print(json.dumps({"op": op.name, "variant": op.variant_test_name, "verdict": "no samples", "error": describe(error)}), file=out, flush=True)
                 continue
             chosen = samples if args.samples == 0 else samples[: args.samples]
-            for index, sample in enumerate(chosen):
-                for mode in args.modes:
-                    start = time.time()
-                    try:
-                        row = run_case(op, sample, mode, grad, package)
-                    except Exception as error:  # noqa: BLE001 (a harness failure is reported, not fatal)
-                        row = {"verdict": "harness error", "error": describe(error), "trace": traceback.format_exc()[-800:]}
-                    row = {"op": op.name, "variant": op.variant_test_name, "sample": index, "mode": mode, "grad": grad,
-                           "seconds": round(time.time() - start, 2), **row}
-                    print(json.dumps(row), file=out, flush=True)
+            for index, mode in picked(op, len(chosen), args):
+                start = time.time()
+                try:
+                    row = run_case(op, chosen[index], mode, grad, package)
+                except Exception as error:  # noqa: BLE001 (a harness failure is reported, not fatal)
+                    row = {"verdict": "harness error", "error": describe(error), "trace": traceback.format_exc()[-800:]}
+                row = {"op": op.name, "variant": op.variant_test_name, "sample": index, "mode": mode, "grad": grad,
+                       "seconds": round(time.time() - start, 2), **row}
+                print(json.dumps(row), file=out, flush=True)
+
+
+def picked(op, samples: int, args) -> list[tuple[int, str]]:
+    """The (sample index, mode) cases of one op to run: all of them, or ``--pick`` of them
+    drawn with ``--seed`` (the same on every run and in every job)."""
+    cases = [(index, mode) for index in range(samples) for mode in args.modes]
+    if not args.pick or args.pick >= len(cases):
+        return cases
+    draw = random.Random(f"{args.seed}:{op.name}:{op.variant_test_name}")
+    return sorted(draw.sample(cases, args.pick), key=cases.index)
+
+
+def run_jobs(commands: list[list[str]], env: dict) -> list[int]:
+    """Run the jobs side by side; their exit codes.  However this ends (an error, Ctrl-C,
+    SIGTERM, which is turned into SystemExit here), no job outlives it."""
+    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    jobs = []
+    try:
+        jobs = [subprocess.Popen(command, env=env) for command in commands]
+        return [job.wait() for job in jobs]
+    finally:
+        for job in jobs:
+            if job.poll() is None:
+                job.kill()
+        for job in jobs:
+            job.wait()
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _exit_on_sigterm(signum, frame):
+    raise SystemExit(128 + signum)
 
 
 def summarize(out: Path) -> int:
@@ -209,6 +246,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ops", help="regular expression on the OpInfo names, or looked-at (default: all)")
     parser.add_argument("--samples", type=int, default=1, help="samples per op (0: all; default 1)")
+    parser.add_argument("--pick", type=int, default=0,
+                        help="cases per op (of its samples times the modes), drawn with --seed (default 0: all)")
+    parser.add_argument("--seed", type=int, default=0, help="the draw of --pick (default 0)")
     parser.add_argument("--modes", nargs="+", default=["static", "dynamic"], choices=["static", "dynamic"])
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--device", default="cpu", help="cpu, or cuda")
@@ -225,13 +265,13 @@ def main() -> int:
     for old in out.glob("job*.jsonl"):
         old.unlink()
     base = [sys.executable, os.path.abspath(__file__), "--samples", str(args.samples), "--dtype", args.dtype, "--device", args.device,
-            "--jobs", str(args.jobs), "--out", str(out), "--modes", *args.modes]
+            "--jobs", str(args.jobs), "--out", str(out), "--modes", *args.modes, "--pick", str(args.pick), "--seed", str(args.seed)]
     base += ["--ops", args.ops] if args.ops else []
     base += ["--grad"] if args.grad else []
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    jobs = [subprocess.Popen([*base, "--job", str(j)], env=env) for j in range(args.jobs)]
     start = time.time()
-    failed = [j for j, p in enumerate(jobs) if p.wait() != 0]
+    codes = run_jobs([[*base, "--job", str(j)] for j in range(args.jobs)], env)
+    failed = [j for j, code in enumerate(codes) if code != 0]
     print(f"results in {out} ({math.ceil(time.time() - start)} s)")
     if failed:
         print(f"jobs {failed} exited with an error; their cases after it are missing")

@@ -3,26 +3,26 @@ Inductor cache, with torch seeded: by default from the test's name (the same inp
 every run); ``INDUCTOR_ADDMM_FIX_TEST_SEED=<int>`` or ``=random`` draws others.  A failing
 test prints its seed."""
 
-import atexit
 import os
 import random
-import shutil
 import sys
-import tempfile
 import zlib
 from pathlib import Path
 
+sys.path.insert(0, os.path.dirname(__file__))
+
+from processes import private_dir  # noqa: E402
+
 # A private Inductor cache for the session: /tmp/torchinductor_<user> is shared by
 # every process on the machine, and an artifact compiled elsewhere (with a patched
-# torch and no cache tag) once made the stock failure vanish after uninstall().
+# torch and no cache tag) once made the stock failure vanish after uninstall().  It is
+# removed when the session ends, also by Ctrl-C or SIGTERM (and, after a SIGKILL, by
+# the next session).
 if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor-cache-tests-")
-    atexit.register(shutil.rmtree, os.environ["TORCHINDUCTOR_CACHE_DIR"], ignore_errors=True)
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = private_dir("inductor-cache-tests-")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
-
-sys.path.insert(0, os.path.dirname(__file__))
 
 import inductor_addmm_fix  # noqa: E402  (the import applies the fix)
 

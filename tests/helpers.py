@@ -1,13 +1,16 @@
 """Shared by the tests (not a test file): compile a function with Inductor and return
-its result, the generated code and what the package counted; and a snapshot of every
-slot of torch that the package may touch."""
+its result, the generated code and what the package counted; a snapshot of every
+slot of torch that the package may touch; a fresh interpreter of this Python."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import re
+import subprocess
 import sys
+from pathlib import Path
 
 import torch
 from torch._dynamo.utils import counters
@@ -16,6 +19,15 @@ from torch._inductor.utils import run_and_get_code
 from inductor_addmm_fix.patching.counters import COUNTER
 
 FAMILY = ("mm", "bmm", "addmm", "baddbmm")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def fresh(*args: str, timeout: float = 300, **env: str) -> subprocess.CompletedProcess:
+    """``python <args>`` in a fresh interpreter of this Python, from the checkout, with
+    ``env`` set (and no INDUCTOR_ADDMM_FIX* or PYTHONWARNINGS from this process)."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("INDUCTOR_ADDMM_FIX") and k != "PYTHONWARNINGS"}
+    environ.update(env)
+    return subprocess.run([sys.executable, *args], cwd=ROOT, env=environ, capture_output=True, text=True, timeout=timeout)
 
 
 # ---------------------------------------------------------------- compile and count
@@ -276,7 +288,7 @@ def _wrappers_of(feature: str, value) -> tuple:
     ``triton_analysis_cache`` on torch 2.8-2.11): each is seen apart from the other."""
     from inductor_addmm_fix.features import BY_NAME
 
-    modules = {f"inductor_addmm_fix.{m}" for m in BY_NAME[feature].core + BY_NAME[feature].inductor}
+    modules = {f"inductor_addmm_fix.{m}" for m in BY_NAME[feature].core + BY_NAME[feature].tracing + BY_NAME[feature].inductor}
     own = []
     while hasattr(value, "stock") and getattr(value, "__module__", "").startswith("inductor_addmm_fix."):
         if value.__module__ in modules:

@@ -25,6 +25,7 @@ import pytest
 import torch
 
 from inductor_addmm_fix.features import NAMES
+from inductor_addmm_fix.activation.selection import accepted_words
 from helpers import settled
 from inductor_addmm_fix.version import __version__
 
@@ -363,7 +364,7 @@ sys.meta_path.insert(0, Finder())
 def test_exception_inside_the_patch_does_not_break_import_torch(venv, tmp_path):
     (tmp_path / "sitecustomize.py").write_text(BREAK_DECOMP)
     code = (
-        "import json, torch; import inductor_addmm_fix as fix; s = fix.status(); "
+        "import json, torch, torch._dynamo; import inductor_addmm_fix as fix; s = fix.status(); "
         "print(json.dumps(dict(sum=torch.ones(3).sum().item(), out_dtype=s.features['out_dtype'], activation=s.activation)))"
     )
     result = venv.run("-c", code, PYTHONPATH=str(tmp_path))
@@ -417,8 +418,8 @@ def test_warnings_as_errors_never_break_start_up_or_import_torch(venv, flag, aut
                      TORCH_DEVICE_BACKEND_AUTOLOAD=autoload, INDUCTOR_ADDMM_FIX="maybe")
     assert maybe.stdout.strip() == "True"
     assert maybe.stderr.splitlines() == [
-        "inductor_addmm_fix: INDUCTOR_ADDMM_FIX=maybe: ignoring 'maybe', not a feature "
-        f"({', '.join(NAMES)}) nor on/off (1, 0); applying every feature [RuntimeWarning, not raised]"
+        f"inductor_addmm_fix: INDUCTOR_ADDMM_FIX=maybe: ignoring 'maybe'; the words taken are {accepted_words()}; "
+        "applying every feature [RuntimeWarning, not raised]"
     ]
 
 

@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -17,9 +15,10 @@ import pytest
 import torch
 
 import inductor_addmm_fix as fix
+from helpers import fresh
 from inductor_addmm_fix import cli
 from inductor_addmm_fix.cli import check, revision, status
-from inductor_addmm_fix.report import WAITING
+from inductor_addmm_fix.report import WAITING, headline
 
 ROOT = Path(__file__).resolve().parents[1]
 WIDTH = 100
@@ -29,13 +28,6 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
     code = cli.main(list(argv))
     out, err = capsys.readouterr()
     return code, out, err
-
-
-def fresh(*args: str, **env: str) -> subprocess.CompletedProcess:
-    """``python <args>`` in a fresh interpreter, from the checkout, with ``env`` set."""
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("INDUCTOR_ADDMM_FIX") and k != "PYTHONWARNINGS"}
-    environ.update(env)
-    return subprocess.run([sys.executable, *args], cwd=ROOT, env=environ, capture_output=True, text=True, timeout=300)
 
 
 # ------------------------------------------------------------------ status
@@ -90,6 +82,45 @@ def test_status_with_the_switch_off_says_so_and_exits_1():
     assert max(map(len, lines)) <= WIDTH
 
 
+def test_status_with_the_fix_off_says_not_active_and_what_is_on_and_exits_1_as_check_does():
+    result = fresh("-m", "inductor_addmm_fix", INDUCTOR_ADDMM_FIX="-out_dtype")
+    assert result.returncode == 1, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[1] == "fix NOT active (activated by entry-point; INDUCTOR_ADDMM_FIX=-out_dtype): out_dtype off"
+    states = dict(line.split(maxsplit=1) for line in lines if line.startswith("  "))
+    assert states["out_dtype"] == "off (INDUCTOR_ADDMM_FIX=-out_dtype)"
+    assert states["reinplace"].startswith("applied (")
+    checked = fresh("-m", "inductor_addmm_fix", "check", INDUCTOR_ADDMM_FIX="-out_dtype")
+    assert checked.returncode == check.BROKEN == 1
+    assert checked.stdout.splitlines()[1] == lines[1]
+
+
+PYTHON_AND_COMMAND = """
+import io, json, contextlib
+import torch
+import inductor_addmm_fix as fix
+from inductor_addmm_fix import cli
+before = str(fix.status()).splitlines()[1]
+with contextlib.redirect_stdout(io.StringIO()) as out:
+    code = cli.main([])
+print(json.dumps(dict(before=before, after=fix.status().summary, command=out.getvalue().splitlines()[1], code=code)))
+"""
+
+
+@pytest.mark.parametrize("value", [None, "-out_dtype", "0", "maybe,-views"])
+def test_python_s_status_and_the_command_give_the_same_line_in_the_same_process(value):
+    """Before the first compile Python's status() may say the fix applies then; the
+    command, which imports torch._inductor, says what a compile finds; never the contrary."""
+    result = fresh("-c", PYTHON_AND_COMMAND, **({} if value is None else {"INDUCTOR_ADDMM_FIX": value}))
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["after"] == report["command"]
+    if report["code"] == 0:
+        assert report["command"].startswith("fix active (")
+        assert report["before"] == report["command"].replace("fix active", "fix applies at first compile")
+    else:
+        assert report["command"].startswith("fix NOT active") and report["before"] == report["command"]
+
+
 def test_status_names_a_feature_turned_off(monkeypatch, capsys):
     monkeypatch.setenv("INDUCTOR_ADDMM_FIX", "-views")
     fix.install(features="-views")
@@ -105,11 +136,13 @@ def test_status_names_the_words_of_the_variable_it_ignores(monkeypatch, value, s
     assert status.headline(fix.status()) == f"fix active (activated by {fix.status().activation}; {shown})"
 
 
-def test_a_feature_waiting_for_inductor_makes_the_status_say_waiting():
-    report = dataclasses.replace(fix.status(), features={name: WAITING for name in fix.FEATURES})
-    assert report.installed and report.waiting == fix.FEATURES
-    assert status.headline(report) == f"fix waiting for torch._inductor (activated by {report.activation})"
-    assert str(report).splitlines()[1] == f"fix waiting for torch._inductor (activated by {report.activation})"
+def test_a_feature_waiting_for_its_first_compile_makes_the_status_say_so():
+    waiting = f"{WAITING} (when torch._inductor.compile_fx is imported)"
+    report = dataclasses.replace(fix.status(), features={name: waiting for name in fix.FEATURES})
+    report = dataclasses.replace(report, summary=headline(report))
+    assert report.installed and report.active and report.waiting == fix.FEATURES
+    assert status.headline(report) == f"fix applies at first compile (activated by {report.activation})"
+    assert str(report).splitlines()[1] == f"fix applies at first compile (activated by {report.activation})"
 
 
 #: A fresh interpreter in which importing torch._inductor warns (as torch 2.13's does): under
@@ -131,14 +164,15 @@ def test_status_where_inductor_cannot_be_imported_says_it_waits_and_why_and_exit
     assert result.returncode == 1, result.stderr
     lines = result.stdout.splitlines()
     assert lines[1:4] == [
-        "fix waiting for torch._inductor (activated by entry-point; INDUCTOR_ADDMM_FIX=maybe (ignored))",
+        "fix applies at first compile (activated by entry-point; INDUCTOR_ADDMM_FIX=maybe (ignored))",
         "torch._inductor cannot be imported here (a warning that the warnings filters turn into an error):",
         "  DeprecationWarning: simulated: deprecated",
     ]
-    features = [line.split(maxsplit=1) for line in lines[4:] if line.startswith("  ")]
-    assert features == [[name, WAITING] for name in fix.FEATURES]
+    features = dict(line.split(maxsplit=1) for line in lines[4:] if line.startswith("  "))
+    assert list(features) == list(fix.FEATURES)
+    assert all(state.startswith(WAITING) for state in features.values()), features
     report = json.loads(fresh("-W", "error", "-c", INDUCTOR_WARNS, "--json", INDUCTOR_ADDMM_FIX="maybe").stdout)
-    assert report["summary"].startswith("fix waiting for torch._inductor (")
+    assert report["summary"].startswith("fix applies at first compile (")
     assert report["inductor_import_error"] == "DeprecationWarning: simulated: deprecated"
 
 
@@ -146,8 +180,8 @@ def test_status_under_warnings_as_errors_says_active_only_when_no_feature_waits(
     """The command of the report: torch's own warnings may stop torch._inductor's import."""
     result = fresh("-W", "error", "-m", "inductor_addmm_fix", INDUCTOR_ADDMM_FIX="maybe")
     lines = result.stdout.splitlines()
-    waiting = any(line.endswith(WAITING) for line in lines)
-    assert lines[1].startswith("fix waiting for torch._inductor (" if waiting else "fix active (")
+    waiting = any(WAITING in line for line in lines[2:])
+    assert lines[1].startswith("fix applies at first compile (" if waiting else "fix active (")
     assert result.returncode == (1 if waiting else 0)
 
 

@@ -14,7 +14,7 @@ import torch._inductor.compile_fx  # noqa: F401  (so that install() applies both
 import inductor_addmm_fix as fix
 from helpers import differences, of_feature, settled, settled_states, tables_snapshot
 from inductor_addmm_fix import features, installer
-from inductor_addmm_fix.activation import startup
+from inductor_addmm_fix.activation import selection, startup
 from inductor_addmm_fix.inductor import accumulate_kernel, lowerings, reinplace, views
 from inductor_addmm_fix.dynamo import float_specializations, liger_head, power_of_2_sizes, static_strides
 from inductor_addmm_fix.inductor.passes import accumulate_pairs, chunk_order, post_grad_slot, slice_writes
@@ -70,7 +70,7 @@ def package_warnings(record) -> list[str]:
     ],
 )
 def test_a_spec_selects_features(spec, selected, unknown):
-    assert features.parse(spec) == (frozenset(selected), unknown)
+    assert selection.parse(spec) == (frozenset(selected), unknown)
 
 
 def test_the_features_are_named_in_the_public_api():
@@ -269,3 +269,25 @@ def test_status_reports_each_decision_with_its_feature_probe_and_retiring_change
     decisions = {p.name: p for p in status.patches}
     assert decisions["core.meta.baddbmm.dtype"].probe == "core.probes.meta_kernel_works"
     assert decisions["inductor.lowering.addmm.dtype"].feature == "out_dtype"
+
+
+# ---------------------------------------------------------------- one parser, one warning
+def test_the_unknown_word_warning_names_every_word_the_parser_takes():
+    text = selection.unknown_words_message("INDUCTOR_ADDMM_FIX=maybe", ("maybe",), ALL)
+    for word in (*selection.ON, *selection.OFF, *features.NAMES):
+        assert word in text.split("words taken are ")[1], word
+        assert selection.parse(word)[1] == ()  # and the parser takes each word it names
+    assert "'-'" in text and selection.parse("-views")[1] == () and selection.parse("+views")[1] == ()
+
+
+def test_the_selection_is_parsed_and_the_variable_read_in_activation_only():
+    """installer, __init__ and the command line take the selection from activation/."""
+    from pathlib import Path
+
+    package = Path(fix.__file__).parent
+    for path in package.rglob("*.py"):
+        if path.parent.name == "activation" and path.name in ("selection.py", "env.py"):
+            continue
+        source = path.read_text()
+        assert "def parse(" not in source, path
+        assert "INDUCTOR_ADDMM_FIX\"" not in source and "get(VARIABLE" not in source, path

@@ -26,6 +26,8 @@ from pathlib import Path
 
 import pytest
 
+from processes import run_group
+
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,7 +61,8 @@ def launch(tmp_path_factory):
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                    str(EXAMPLE), "--device", "cpu", *args]
         start = time.monotonic()
-        result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=TIMEOUT)
+        # torchrun and its ranks in one process group, killed if the test is interrupted or times out
+        result = run_group(command, timeout=TIMEOUT, cwd=ROOT, env=env)
         print(f"{' '.join(command[3:])}: exit {result.returncode} in {time.monotonic() - start:.1f} s")
         return result
 

@@ -51,3 +51,23 @@ def test_meta_kernels_reject_invalid_operands(name, operands, message):
     else:
         with pytest.raises(RuntimeError, match=message):
             op(*meta, torch.float32)
+
+
+def test_a_stand_in_meta_kernel_that_nothing_replaces_raises_instead_of_calling_itself():
+    """The stand-in of the Meta key (an eager call on meta tensors before torch._dynamo is
+    imported) imports torch._dynamo and calls the op again; where that import applied no
+    tracing stage (here: it happened long ago), it says so rather than recursing."""
+    from inductor_addmm_fix.core import meta_trigger
+    from inductor_addmm_fix.patching.registry import DispatcherKernel
+
+    slot = DispatcherKernel("mm.dtype")
+    token = slot.write(meta_trigger.trigger("mm.dtype"))
+    try:
+        meta = dict(device="meta", dtype=torch.bfloat16)
+        with pytest.raises(NotImplementedError, match="did not replace the stand-in Meta kernel of aten::mm.dtype"):
+            torch.mm(torch.empty(2, 3, **meta), torch.empty(3, 4, **meta), out_dtype=torch.float32)
+    finally:
+        slot.unwrite(token, None)
+    out = torch.mm(torch.empty(2, 3, device="meta", dtype=torch.bfloat16), torch.empty(3, 4, device="meta",
+                   dtype=torch.bfloat16), out_dtype=torch.float32)
+    assert out.dtype == torch.float32  # the kernel under it is back

@@ -146,9 +146,9 @@ def test_a_missing_cache_key_tag_turns_the_compile_caches_off_instead(stock, mon
     assert torch._inductor.config.fx_graph_cache is False
 
 
-def test_an_inductor_failure_after_the_core_part_rolls_the_core_part_back():
+def test_an_inductor_failure_after_the_earlier_parts_rolls_them_back():
     """The Inductor part of out_dtype waits for Inductor's import; if it fails then, its
-    core part is restored too, and the other features are not affected.  Needs an
+    core and tracing parts are restored too, and the other features are not affected.  Needs an
     interpreter where Inductor is not imported yet."""
     script = textwrap.dedent(
         """
@@ -162,7 +162,7 @@ def test_an_inductor_failure_after_the_core_part_rolls_the_core_part_back():
         meta = {str(op): op.py_kernels.get(torch._C.DispatchKey.Meta) for op in family_ops()}
         with warnings.catch_warnings(record=True) as record:
             fix.install(features="out_dtype,views")
-            assert fix.status().features["out_dtype"].startswith("waiting"), fix.status().features
+            assert fix.status().features["out_dtype"].startswith("applies at first compile"), fix.status().features
             assert meta != {str(op): op.py_kernels.get(torch._C.DispatchKey.Meta) for op in family_ops()}
             assert "torch._inductor.compile_fx" not in sys.modules
             import torch._inductor.lowering as L

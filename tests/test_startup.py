@@ -12,8 +12,7 @@ import pytest
 import torch
 
 import inductor_addmm_fix as fix
-from inductor_addmm_fix import features
-from inductor_addmm_fix.activation import env, startup
+from inductor_addmm_fix.activation import env, selection, startup
 from inductor_addmm_fix.cli import check
 from inductor_addmm_fix.patching import import_hooks
 
@@ -25,7 +24,7 @@ def test_pth_line_knows_the_same_off_values_as_the_package():
     assert line.count("\n") == 1 and line.startswith("import ")  # site runs one "import" line
     code = ast.literal_eval(re.search(r'exec\((".*")\)', line).group(1))
     off = ast.literal_eval(re.search(r"not in (\(.*?\))", code).group(1))
-    assert set(off) == features.OFF
+    assert set(off) == set(selection.OFF)
 
 
 @pytest.mark.parametrize(
@@ -41,7 +40,7 @@ def test_unknown_env_value_warns_once_and_keeps_every_feature(monkeypatch):
 
     fix.uninstall()
     monkeypatch.setattr(installer, "_warned", set())
-    monkeypatch.setattr(startup, "_warned_values", set())
+    monkeypatch.setattr(selection, "_warned", set())
     monkeypatch.setenv(env.VARIABLE, "maybe")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -53,7 +52,7 @@ def test_unknown_env_value_warns_once_and_keeps_every_feature(monkeypatch):
     assert caught[0].filename == env.WHERE and caught[0].category is RuntimeWarning
     assert "INDUCTOR_ADDMM_FIX=maybe" in str(caught[0].message)
     states = fix.status().features.values()
-    assert all(s in ("applied", "waiting for torch._inductor to be imported", "not needed on this torch") or s.startswith("unavailable") for s in states)
+    assert all(s.startswith(("applied", "applies at first compile", "not needed on this torch", "unavailable")) for s in states)
 
 
 def test_post_import_hook_runs_after_the_module_and_leaves_its_loader(tmp_path, monkeypatch):
@@ -123,12 +122,12 @@ def test_the_start_up_names_of_0_1_0_still_load(name):
 
 
 def test_install_with_an_unknown_name_warns_at_the_callers_line(monkeypatch):
-    monkeypatch.setattr(startup, "_warned_values", set())
+    monkeypatch.setattr(selection, "_warned", set())
     with pytest.warns(RuntimeWarning, match="ignoring 'maybe'") as caught:
         fix.install(features="maybe,-views")
     assert caught[0].filename == __file__
     assert fix.status().features["views"].startswith("off")
-    assert fix.status().features["out_dtype"] == "applied"
+    assert fix.status().active  # out_dtype on: applied, or applying at the first compile
 
 
 def test_warnings_turned_into_errors_never_escape_the_activation(monkeypatch, capsys):
@@ -159,7 +158,7 @@ def test_warnings_turned_into_errors_never_escape_the_activation(monkeypatch, ca
 
 def test_unknown_env_value_under_warnings_as_errors_still_activates(monkeypatch, capsys):
     fix.uninstall()
-    monkeypatch.setattr(startup, "_warned_values", set())
+    monkeypatch.setattr(selection, "_warned", set())
     monkeypatch.setenv(env.VARIABLE, "maybe,-views")
     with warnings.catch_warnings():
         warnings.simplefilter("error")

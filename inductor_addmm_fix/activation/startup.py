@@ -8,7 +8,7 @@
 
 Every route goes through :func:`activate`: gated by INDUCTOR_ADDMM_FIX as set when
 torch is imported (the ``.pth`` line reads it first too, to import nothing when off),
-which also selects the features; idempotent (several routes fire in one process; the
+which also selects the features (``selection.resolve``, the one parser); idempotent (several routes fire in one process; the
 first to install names the activation); cheap until torch is imported (no torch, no
 ``logging``); and it never raises: a failure becomes one warning.  Raising here would
 break ``import torch``.
@@ -25,7 +25,6 @@ PTH = ".pth"
 _waiting: str | None = None  # the route that waits for torch to be imported
 _hooked = False  # a post-import hook on torch is registered
 _warned = False
-_warned_values: set = set()  # selections (INDUCTOR_ADDMM_FIX=..., install(...)) with unknown words warned about
 
 
 def entry_point() -> None:
@@ -94,7 +93,7 @@ def _on_torch_imported() -> None:
 
 def _install(route: str) -> None:
     from .. import installer
-    from . import env
+    from . import env, selection
 
     # Read again: sitecustomize or the program may have set it since start-up.
     if installer.is_wanted() or not env.enabled_by_env():  # wanted: installed, or install() is importing torch
@@ -103,34 +102,9 @@ def _install(route: str) -> None:
         from .routes import warn_if_subprocess_compile_uncovered
 
         warn_if_subprocess_compile_uncovered(installer.warn_once)
-    installer.install(_selection(env.value()), activation=route, selected_by=env.selected_by())
-
-
-def _selection(value: str):
-    """The variable's value, or, if it has unknown words, the names it selects: those
-    words are warned about here, once per value, pointing at the variable (not at this
-    code, which the installer's own warning would name)."""
-    from ..features import NAMES, parse
-    from . import env
-
-    selected, unknown = parse(value)
-    if not unknown:
-        return value
-    warn_unknown(env.selected_by(), unknown, selected, filename=env.WHERE)
-    return [name for name in NAMES if name in selected]
-
-
-def warn_unknown(selected_by: str, unknown, selected, **where) -> None:
-    """Once per process and selection: words that are neither a feature nor on/off are
-    ignored (``where``: as for :func:`warn`, counted from the caller of this function)."""
-    from . import env
-
-    if selected_by in _warned_values:
-        return
-    _warned_values.add(selected_by)
-    if "stacklevel" in where:
-        where["stacklevel"] += 1
-    warn(env.unknown_words_message(selected_by, unknown, selected), **where)
+    # Unknown words of the variable are warned about pointing at the variable, not at this code.
+    selected = selection.resolve(env.value(), env.selected_by(), filename=env.WHERE)
+    installer.install(selected, activation=route, selected_by=env.selected_by())
 
 
 def warn(message: str, *, filename: str | None = None, lineno: int = 1, stacklevel: int = 1) -> None:

@@ -10,7 +10,7 @@ why, every route; check logs what the package does on stderr; ``-vv``: status lo
 
   0   status: the fix is active          check: FIXED
   1   status: the fix is not active      check: BROKEN
-      (or waits for torch._inductor, which cannot be imported)
+      (out_dtype off; or it applies at first compile, and torch._inductor cannot be imported)
   2   could not run (no torch; for check also a torch before 2.8, a missing device,
       or an Inductor that cannot be imported or compile a plain matmul)
   64  usage error: an unknown command or option (EX_USAGE of sysexits.h)
@@ -28,7 +28,7 @@ USAGE_ERROR = 64
 EXIT_CODES = """exit codes:
   0   status: the fix is active          check: FIXED
   1   status: the fix is not active      check: BROKEN
-      (or waits for torch._inductor, which cannot be imported here)
+      (out_dtype off; or it applies at first compile, and torch._inductor cannot be imported here)
   2   could not run (no torch; check: a torch before 2.8, the device asked for is
       missing, or Inductor cannot be imported or compile a plain matmul here)
   64  usage error (an unknown command or option)"""

@@ -100,17 +100,12 @@ def run(device: str = "auto", say=print) -> int:
     from torch._dynamo.utils import counters
 
     from ..patching.counters import COUNTER
-    from ..report import WAITING
 
     from .revision import package_version
-    from .status import headline
 
     state = fix.status()
-    active = headline(state)
-    out_dtype = state.features.get("out_dtype", "not installed")
-    out_dtype_on = out_dtype in ("applied", "not needed on this torch", WAITING)
-    if state.installed and not out_dtype_on:
-        active += f", but its out_dtype feature is {out_dtype}"
+    active = state.summary  # status's first line: out_dtype off says "fix NOT active"
+    out_dtype_on = state.active
     say(f"inductor_addmm_fix {package_version()}, torch {torch.__version__}, device {device}")
     say(active)
     say(f"case: torch.addmm(fp32 [{M}x{N}], bf16 [{M}x{K}], bf16 [{K}x{N}], out_dtype=torch.float32)")

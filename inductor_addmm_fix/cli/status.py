@@ -4,55 +4,29 @@ feature, and will fresh interpreters have it.
 Short by default (one line per feature, no line over ``WIDTH`` columns); ``-v`` adds
 each patch with its reason, probe and retiring upstream change, and every activation
 route; ``--json`` gives everything (``Status.as_dict()``, the routes, the summary).
-The words are ``check``'s too: "fix active", "fix partly active", "fix waiting for
-torch._inductor" (the features' Inductor stage waits for its import: this command
-imports it first, so only where that import fails), "fix NOT active".
+The first line is ``inductor_addmm_fix.status().summary``, the words of Python's
+``status()`` in the same state: "fix active", "fix applies at first compile" (a stage
+of some feature waits for the imports of the first compile: this command imports
+``torch._inductor`` first, so only where that import fails), "fix partly active",
+"fix NOT active" (off, failed, or its out_dtype feature off).  ``check`` starts with the
+same line.  The variable is read through ``activation.env``.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import textwrap
 
-from ..activation import routes
-from ..activation.env import VARIABLE, enabled_by_env
-from ..features import NAMES, parse
+from ..activation import env, routes
+from ..features import NAMES
 
 WIDTH = 100
 NAME_WIDTH = max(len(name) for name in NAMES) + 2  # the feature column
 
 
 def headline(report) -> str:
-    """``fix active (activated by entry-point)``, or why it is not."""
-    value = os.environ.get(VARIABLE)
-    if not enabled_by_env():
-        return f"fix NOT active: turned off by {VARIABLE}={value}"
-    failed = [name for name, state in report.features.items() if state.startswith("failed")]
-    how = f"activated by {report.activation}" + _switch(value)
-    if failed and any(state == "applied" for state in report.features.values()):
-        return f"fix partly active ({how}): {', '.join(failed)} failed"
-    if failed:
-        return f"fix NOT active ({how}): {', '.join(failed)} failed"
-    if not report.installed:
-        if report.activation is None:
-            return "fix NOT active: not activated (reinstall the package, or import inductor_addmm_fix)"
-        return f"fix NOT active ({how}): no feature selected"
-    if report.waiting:
-        return f"fix waiting for torch._inductor ({how})"
-    return f"fix active ({how})"
-
-
-def _switch(value: str | None) -> str:
-    """``; INDUCTOR_ADDMM_FIX=-views,typo ('typo' ignored)``: the variable as set, and the
-    words of it that name nothing (ignored, as docs/activation.md says; a value of such
-    words only selects every feature: ``INDUCTOR_ADDMM_FIX=maybe (ignored)``)."""
-    if value is None:
-        return ""
-    unknown = parse(value)[1]
-    if unknown and len(unknown) == len([w for w in value.split(",") if w.strip()]):
-        return f"; {VARIABLE}={value} (ignored)"
-    return f"; {VARIABLE}={value}" + (f" ({', '.join(map(repr, unknown))} ignored)" if unknown else "")
+    """``fix active (activated by entry-point)``, or why it is not: the report's summary."""
+    return report.summary
 
 
 def inductor_unavailable(error: BaseException) -> list[str]:
@@ -62,9 +36,7 @@ def inductor_unavailable(error: BaseException) -> list[str]:
 
 
 def feature_states(report) -> dict[str, str]:
-    """Each feature's state, with the variable named when it turned everything off."""
-    if not enabled_by_env():
-        return {name: f"off ({VARIABLE}={os.environ.get(VARIABLE)})" for name in report.features}
+    """Each feature's state, with the number of its patches where applied."""
     from ..installer import idle_here, settings
 
     states, idle, settings_ = {}, idle_here(), settings()
@@ -83,8 +55,8 @@ def feature_states(report) -> dict[str, str]:
 def fresh_interpreters() -> str:
     """Whether a fresh interpreter of this Python (a spawned worker, a torchrun rank,
     Inductor's compile subprocess) gets the fix, and through which routes."""
-    if not enabled_by_env():
-        return f"off too (they inherit {VARIABLE}={os.environ.get(VARIABLE)})"
+    if env.off_by():
+        return f"off too (they inherit {env.off_by()})"
     via = []
     if routes.entry_point_registered() and routes.autoload_enabled():
         via.append("torch.backends entry point")
@@ -96,10 +68,10 @@ def fresh_interpreters() -> str:
 
 
 def _routes_report() -> dict[str, str]:
-    value = os.environ.get(VARIABLE)
+    value = env.raw()
     autoload = "on" if routes.autoload_enabled() else "off (TORCH_DEVICE_BACKEND_AUTOLOAD)"
     return {
-        VARIABLE: "unset (every feature)" if value is None else repr(value),
+        env.VARIABLE: "unset (every feature)" if value is None else repr(value),
         "torch.backends entry point": ("registered" if routes.entry_point_registered() else "not installed")
         + f", autoload {autoload}",
         ".pth start-up line": routes.pth_file() or "not installed",
@@ -154,8 +126,9 @@ def _patch_lines(patches) -> list[str]:
 
 
 def run(as_json: bool, verbose: bool = False) -> int:
-    """Print the report; exit code 0 when the fix is active, 1 when not (or still waiting
-    for torch._inductor, which cannot be imported here), 2 without torch."""
+    """Print the report; exit code 0 when the fix is active, 1 when not (out_dtype off, a
+    feature failed, or a stage still waits for torch._inductor, which cannot be imported
+    here), 2 without torch."""
     try:
         import torch  # noqa: F401  (activates the fix through whichever route is on)
     except Exception as error:
@@ -180,4 +153,4 @@ def run(as_json: bool, verbose: bool = False) -> int:
                           "inductor_import_error": unimportable, "routes": _routes_report()}, indent=2))
     else:
         print("\n".join(format_text(report, verbose, inductor_error)))
-    return 0 if report.installed and not report.waiting else 1
+    return 0 if report.active and report.installed and not report.waiting else 1
