@@ -58,7 +58,7 @@ def test_a_stand_in_meta_kernel_that_nothing_replaces_raises_instead_of_calling_
     imported) imports torch._dynamo and calls the op again; where that import applied no
     tracing stage (here: it happened long ago), it says so rather than recursing."""
     from inductor_addmm_fix.core import meta_trigger
-    from inductor_addmm_fix.patching.registry import DispatcherKernel
+    from inductor_addmm_fix.patching.slots import DispatcherKernel
 
     slot = DispatcherKernel("mm.dtype")
     token = slot.write(meta_trigger.trigger("mm.dtype"))

@@ -18,7 +18,8 @@ import threading
 
 from ..patching.declare import Decision, needed, not_needed, require
 from ..patching.probes import aten_op
-from ..patching.registry import DispatcherKernel, Patch
+from ..patching.registry import Patch
+from ..patching.slots import DispatcherKernel
 from .probes import FAMILY, has_out_dtype_overloads
 
 #: The name every patch of this module starts with: the installer removes them when the
