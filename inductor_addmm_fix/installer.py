@@ -55,6 +55,12 @@ class _Applied:
         self.needs_off: str | None = None  # a feature it needs that is not applied
         self.key: tuple = ()  # machinery: what it was planned for
 
+    @property
+    def off(self) -> bool:
+        """Nothing of it is applied, and nothing will be until it is planned again: it
+        failed, this torch lacks what it needs, or a feature it needs is off."""
+        return bool(self.error or self.unavailable or self.needs_off)
+
 
 _lock = threading.RLock()
 _registry = Registry(after_change=(table_caches.drop,))  # torch's copies of the tables it edits
@@ -98,7 +104,7 @@ def install(selected=None, *, activation: str = "install()", selected_by: str = 
         _state.update(selected=selected, selected_by=selected_by)
         for name in selected:
             applied = _features.setdefault(name, _Applied())
-            if applied.error or applied.unavailable or applied.needs_off:  # nothing of it is applied: plan it again
+            if applied.off:  # plan it again
                 _features[name] = _Applied()
         _apply_stage(CORE)  # imports torch, inside the guard: a torch we cannot patch only warns
         for stage in DEFERRED:  # in order: a hook whose module is imported runs now
@@ -127,9 +133,7 @@ def _waits_for(name: str, stage: str) -> bool:
     applied = _features.get(name)
     return (
         applied is not None
-        and not applied.error
-        and not applied.unavailable
-        and not applied.needs_off
+        and not applied.off
         and bool(getattr(F.BY_NAME[name], stage))
         and stage not in applied.stages
     )
@@ -174,7 +178,7 @@ def _apply_stage(stage: str) -> None:
         earlier = list(F.STAGES)[: list(F.STAGES).index(stage)]
         for feature in F.FEATURE_TABLE:
             applied = _features.get(feature.name)
-            if applied is None or applied.error or applied.unavailable or applied.needs_off or stage in applied.stages:
+            if applied is None or applied.off or stage in applied.stages:
                 continue
             if any(getattr(feature, e) and e not in applied.stages for e in earlier):
                 continue  # an earlier part is not applied yet: its hook comes first
@@ -223,7 +227,7 @@ def _remove_standins(applied: _Applied, modules) -> None:
 def _applied_at(name: str, stage: str) -> bool:
     """Whether feature ``name`` is selected and its ``stage`` applied (or has nothing to apply)."""
     applied = _features.get(name)
-    if applied is None or applied.error or applied.unavailable or applied.needs_off:
+    if applied is None or applied.off:
         return False
     return stage in applied.stages or not getattr(F.BY_NAME[name], stage)
 
