@@ -14,7 +14,7 @@ from helpers import compile_and_run, most_alive
 from workloads import CHUNKS, accumulate_in_chunks, flce_inputs, flce_like
 
 from inductor_addmm_fix import settings
-from inductor_addmm_fix.inductor.passes import accumulate_pairs, chunk_order, fx_support
+from inductor_addmm_fix.inductor.passes import accumulate_pairs, adjacent_slices, chunk_order, fx_support
 
 aten = torch.ops.aten
 V, H, BT, CHUNK = 48, 40, 96, 16  # 6 chunks: 3 pairs
@@ -316,9 +316,9 @@ def bound_nodes(*values) -> list:
 
 
 def adjacent(*ranges) -> bool:
-    """_symbolic_adjacent of row ranges [(start, end), ...] given as SymInts or ints."""
+    """symbolic_adjacent of row ranges [(start, end), ...] given as SymInts or ints."""
     nodes = bound_nodes(*(b for r in ranges for b in r))
-    return accumulate_pairs._symbolic_adjacent(nodes[0::2], nodes[1::2])
+    return adjacent_slices.symbolic_adjacent(nodes[0::2], nodes[1::2])
 
 
 def test_liger_chunks_of_a_symbolic_row_count_are_adjacent_rows():

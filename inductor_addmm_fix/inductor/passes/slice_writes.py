@@ -56,7 +56,10 @@ import torch.fx as fx
 from ...patching.counters import count
 from ...patching.declare import Decision, Unavailable, needed
 from . import post_grad_slot
-from .fx_support import FakeValues, same_sizes
+from .fx_support import FakeValues
+from .scatter_chains import (
+    is_dead, is_scatter, is_static, live_users, read_back, scatter_chains, scatter_range, written_range,
+)
 
 aten = torch.ops.aten
 log = logging.getLogger(__name__)
@@ -72,77 +75,11 @@ def _count(what: str, n: int = 1) -> None:
     count(NAME, what, n)
 
 
-def _is_scatter(node: Any) -> bool:
-    return isinstance(node, fx.Node) and node.op == "call_function" and node.target is aten.slice_scatter.default
-
-
-def _arg(node: fx.Node, i: int, name: str, default: Any) -> Any:
-    if len(node.args) > i:
-        return node.args[i]
-    return node.kwargs.get(name, default)
-
-
-def _range(node: fx.Node, first: int = 2) -> tuple:
-    """(dim, start, end, step) of a ``slice_scatter`` (its range's arguments start at
-    position 2) or a ``slice`` (``first=1``), defaults filled in as the op reads them."""
-    names = (("dim", 0), ("start", None), ("end", None), ("step", 1))
-    return tuple(_arg(node, first + i, name, default) for i, (name, default) in enumerate(names))
-
-
-def _static(value: Any) -> bool:
-    return type(value) is int
-
-
-def _write(node: fx.Node, ndim: int, size_at: Any) -> tuple[int, int, int] | None:
-    """(dim, start, end) that ``node`` writes, normalized as slicing does; None when
-    symbolic or with a step other than 1."""
-    dim, start, end, step = _range(node)
-    if not (_static(dim) and step == 1 and (start is None or _static(start)) and (end is None or _static(end))):
-        return None
-    dim = dim % ndim if ndim else 0
-    size = size_at(dim)
-    if not _static(size):
-        return None
-    start = 0 if start is None else start
-    end = size if end is None else end
-    start = max(0, min(size, start + size if start < 0 else start))
-    end = max(start, min(size, end + size if end < 0 else end))
-    return dim, start, end
-
-
-def _dead(node: fx.Node) -> bool:
-    """A node nothing reads and that has no side effect (functionalization leaves such
-    views behind, e.g. the slice an ``out=`` wrote through)."""
-    return not node.users and node.op == "call_function" and not node.is_impure()
-
-
-def _live_users(node: fx.Node) -> list[fx.Node]:
-    return [u for u in node.users if not _dead(u)]
-
-
 def _erase_with_dead_users(graph: fx.Graph, node: fx.Node) -> None:
     for user in list(node.users):
-        if _dead(user):
+        if is_dead(user):
             graph.erase_node(user)
     graph.erase_node(node)
-
-
-def scatter_chains(graph: fx.Graph) -> list[list[fx.Node]]:
-    """Maximal chains ``[s_1, ..., s_n]`` (n >= 2) of ``slice_scatter`` nodes, each
-    ``s_k``'s input ``s_{k-1}`` and ``s_{k-1}``'s only live user."""
-    chains = []
-    for node in graph.nodes:
-        if not _is_scatter(node):
-            continue
-        users = _live_users(node)
-        if len(users) == 1 and _is_scatter(users[0]) and users[0].args[0] is node:
-            continue  # not the last write
-        chain = [node]
-        while _is_scatter(chain[-1].args[0]) and len(_live_users(chain[-1].args[0])) == 1:
-            chain.append(chain[-1].args[0])
-        if len(chain) >= 2:
-            chains.append(chain[::-1])
-    return chains
 
 
 @dataclasses.dataclass
@@ -198,10 +135,10 @@ def plan_in_place(chain: list[fx.Node]) -> InPlace | None:
         return None
     dims, writes = set(), []
     for node in chain:
-        dim, start, end, step = _range(node)
+        dim, start, end, step = scatter_range(node)
         src = node.args[1]
         sval = src.meta.get("val") if isinstance(src, fx.Node) else None
-        if not (_static(dim) and step == 1 and isinstance(sval, torch.Tensor) and sval.dtype == val.dtype and sval.ndim == val.ndim):
+        if not (is_static(dim) and step == 1 and isinstance(sval, torch.Tensor) and sval.dtype == val.dtype and sval.ndim == val.ndim):
             return None
         if not all(_bound(b) for b in (start, end)):
             return None
@@ -218,7 +155,7 @@ def plan_in_place(chain: list[fx.Node]) -> InPlace | None:
 def _bound(value: Any) -> bool:
     """A slice bound the rewrite can pass on: None, an int, or a node whose value is a
     backed integer (a symbolic size, not data read at run time)."""
-    if value is None or _static(value):
+    if value is None or is_static(value):
         return True
     if not isinstance(value, fx.Node):
         return False
@@ -242,11 +179,11 @@ def plan_cat(chain: list[fx.Node]) -> Concatenation | None:
     if not isinstance(val, torch.Tensor):
         return None
     shape = tuple(val.shape)
-    if not all(_static(s) for s in shape):
+    if not all(is_static(s) for s in shape):
         return None
     dims, writes = set(), []
     for node in chain:
-        w = _write(node, len(shape), shape.__getitem__)
+        w = written_range(node, len(shape), shape.__getitem__)
         src = node.args[1]
         sval = src.meta.get("val") if isinstance(src, fx.Node) else None
         if w is None or not isinstance(sval, torch.Tensor) or sval.dtype != val.dtype:
@@ -289,48 +226,11 @@ def copied_back_into(chain: list[fx.Node], base: Any) -> fx.Node | None:
     ``out=`` slices of an input); else None."""
     if not (isinstance(base, fx.Node) and base.op == "placeholder"):
         return None
-    users = set(_live_users(base))
+    users = set(live_users(base))
     copies = [u for u in users if u.target is aten.copy_.default and u.args[0] is base and u.args[1] is chain[-1]]
     if len(copies) != 1 or users != {chain[0], copies[0]}:
         return None
     return copies[0]
-
-
-def _same_bound(a: Any, b: Any, default: Any) -> bool:
-    """Two slice bounds that are the same value: the same node or int (None read as
-    ``default``), or nodes whose symbolic values are one expression."""
-    a, b = (default if x is None else x for x in (a, b))
-    if a is b or (type(a) is int and type(b) is int and a == b):
-        return True
-    va, vb = (x.meta.get("val") if isinstance(x, fx.Node) else x for x in (a, b))
-    if isinstance(va, torch.SymInt) and isinstance(vb, torch.SymInt):
-        return va.node.expr == vb.node.expr
-    return False
-
-
-def read_back(node: Any) -> Any:
-    """The source that ``node`` reads back unchanged, when ``node`` is
-    ``slice(slice_scatter(base, src, dim, a, b), dim, a, b)`` (step 1 both): the rows it
-    selects are exactly those ``src`` wrote.  None unless the slice has ``src``'s shape
-    and strides (a user may read them)."""
-    if not (isinstance(node, fx.Node) and node.op == "call_function" and node.target is aten.slice.Tensor):
-        return None
-    scatter = node.args[0]
-    if not _is_scatter(scatter):
-        return None
-    sdim, sstart, send, sstep = _range(scatter)
-    dim, start, end, step = _range(node, first=1)
-    if not (sstep == 1 and step == 1 and _static(sdim) and _static(dim) and sdim == dim):
-        return None
-    if not (_same_bound(start, sstart, 0) and _same_bound(end, send, None) and (end is not None or send is None)):
-        return None
-    src = scatter.args[1]
-    val, sval = node.meta.get("val"), src.meta.get("val") if isinstance(src, fx.Node) else None
-    if not (isinstance(val, torch.Tensor) and isinstance(sval, torch.Tensor) and val.dtype == sval.dtype):
-        return None
-    if not (same_sizes(val.shape, sval.shape) and same_sizes(val.stride(), sval.stride())):
-        return None
-    return src
 
 
 def forward_read_backs(graph: fx.Graph) -> int:
@@ -349,7 +249,7 @@ def forward_read_backs(graph: fx.Graph) -> int:
         node.replace_all_uses_with(src)
         graph.erase_node(node)
         forwarded += 1
-        while _is_scatter(scatter) and not scatter.users:  # a chain of versions nobody reads
+        while is_scatter(scatter) and not scatter.users:  # a chain of versions nobody reads
             before = scatter.args[0]
             graph.erase_node(scatter)
             scatter = before
