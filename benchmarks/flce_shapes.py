@@ -365,10 +365,10 @@ def main(argv=None) -> int:
     if args.pair_budget_mib is not None:
         import os
 
-        from inductor_addmm_fix.inductor.passes import accumulate_pairs
+        from inductor_addmm_fix.settings import PAIR_BUDGET
 
-        os.environ[accumulate_pairs.BUDGET_VARIABLE] = str(args.pair_budget_mib)
-        print(f"# {accumulate_pairs.BUDGET_VARIABLE}={args.pair_budget_mib}", flush=True)
+        os.environ[PAIR_BUDGET.variable] = str(args.pair_budget_mib)
+        print(f"# {PAIR_BUDGET.variable}={args.pair_budget_mib}", flush=True)
     rows = []
     for head, bt in cases:
         for accum_name in args.accum:

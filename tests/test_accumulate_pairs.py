@@ -14,7 +14,7 @@ from helpers import compile_and_run, most_alive
 from workloads import CHUNKS, accumulate_in_chunks, flce_inputs, flce_like
 
 from inductor_addmm_fix import settings
-from inductor_addmm_fix.inductor.passes import accumulate_pairs, adjacent_slices, chunk_order, fx_support
+from inductor_addmm_fix.inductor.passes import accumulate_pairs, adjacent_slices, chunk_order, fx_support, pair_memory
 
 aten = torch.ops.aten
 V, H, BT, CHUNK = 48, 40, 96, 16  # 6 chunks: 3 pairs
@@ -154,8 +154,8 @@ def separate_chunks_args(h=H):
 @pytest.fixture
 def no_memory_floor(monkeypatch):
     """A budget of only what the graph itself pays for: no floor, no share of the accumulator."""
-    monkeypatch.setattr(accumulate_pairs, "FLOOR_BYTES", 0)
-    monkeypatch.setattr(accumulate_pairs, "ACCUMULATOR_SHARE", 0.0)
+    monkeypatch.setattr(pair_memory, "FLOOR_BYTES", 0)
+    monkeypatch.setattr(pair_memory, "ACCUMULATOR_SHARE", 0.0)
 
 
 def test_a_pair_costs_its_waiting_chunk_and_the_cat_of_its_pieces():
@@ -190,25 +190,25 @@ def test_a_narrowing_cast_of_the_result_pays_for_the_pairs(no_memory_floor):
 
     wide = 8 * CHUNK  # the bf16 result (V x wide x 2 bytes) outweighs a pair (3 x CHUNK x V x 4)
     graph = graph_of(cast_at_the_end, *separate_chunks_args(wide))
-    assert accumulate_pairs.budget(accumulate_pairs.chains(graph)[0]) == V * wide * 2
+    assert pair_memory.budget(accumulate_pairs.chains(graph)[0]) == V * wide * 2
     assert accumulate_pairs.accumulate_in_pairs(graph) == 1
 
 
 def test_the_floor_budget_merges_small_chunks():
     graph = graph_of(separate_chunks_chain, *separate_chunks_args())
-    assert accumulate_pairs.budget(accumulate_pairs.chains(graph)[0]) == accumulate_pairs.FLOOR_BYTES
+    assert pair_memory.budget(accumulate_pairs.chains(graph)[0]) == pair_memory.FLOOR_BYTES
     assert accumulate_pairs.accumulate_in_pairs(graph) == 1
 
 
 def test_the_budget_variable_takes_the_place_of_the_bound(monkeypatch):
     graph = graph_of(separate_chunks_chain, *separate_chunks_args())
     (chain,) = accumulate_pairs.chains(graph)
-    monkeypatch.setenv(accumulate_pairs.BUDGET_VARIABLE, "0.5")
-    assert accumulate_pairs.budget(chain) == 2**19
+    monkeypatch.setenv(settings.PAIR_BUDGET.variable, "0.5")
+    assert pair_memory.budget(chain) == 2**19
 
 
 def test_a_budget_variable_of_zero_leaves_pairs_that_cost_memory_alone(monkeypatch):
-    monkeypatch.setenv(accumulate_pairs.BUDGET_VARIABLE, "0")
+    monkeypatch.setenv(settings.PAIR_BUDGET.variable, "0")
     graph = graph_of(separate_chunks_chain, *separate_chunks_args())  # merged under the default floor
     assert accumulate_pairs.accumulate_in_pairs(graph) == 0
     assert len(accumulations(graph)) == 2
@@ -217,34 +217,34 @@ def test_a_budget_variable_of_zero_leaves_pairs_that_cost_memory_alone(monkeypat
 def test_a_budget_variable_over_a_pair_s_cost_merges_it(no_memory_floor, monkeypatch):
     graph = graph_of(separate_chunks_chain, *separate_chunks_args())  # over the budget without it
     (chain,) = accumulate_pairs.chains(graph)
-    monkeypatch.setenv(accumulate_pairs.BUDGET_VARIABLE, str(accumulate_pairs.pair_cost(*chain) / 2**20))
+    monkeypatch.setenv(settings.PAIR_BUDGET.variable, str(accumulate_pairs.pair_cost(*chain) / 2**20))
     assert accumulate_pairs.accumulate_in_pairs(graph) == 1
 
 
 def test_a_narrowing_cast_still_pays_for_pairs_under_a_budget_variable_of_zero(monkeypatch):
-    monkeypatch.setenv(accumulate_pairs.BUDGET_VARIABLE, "0")
+    monkeypatch.setenv(settings.PAIR_BUDGET.variable, "0")
     wide = 8 * CHUNK
     graph = graph_of(lambda *a: separate_chunks_chain(*a).to(torch.bfloat16), *separate_chunks_args(wide))
-    assert accumulate_pairs.budget(accumulate_pairs.chains(graph)[0]) == V * wide * 2
+    assert pair_memory.budget(accumulate_pairs.chains(graph)[0]) == V * wide * 2
 
 
 @pytest.mark.parametrize("value", ["lots", "-1", "nan", "inf"])
 def test_a_budget_variable_that_is_not_a_size_warns_once_and_keeps_the_default(value, monkeypatch):
     monkeypatch.setattr(settings.PAIR_BUDGET, "_warned", set())
-    monkeypatch.setenv(accumulate_pairs.BUDGET_VARIABLE, value)
+    monkeypatch.setenv(settings.PAIR_BUDGET.variable, value)
     graph = graph_of(separate_chunks_chain, *separate_chunks_args())
     (chain,) = accumulate_pairs.chains(graph)
-    with pytest.warns(RuntimeWarning, match=accumulate_pairs.BUDGET_VARIABLE):
-        assert accumulate_pairs.budget(chain) == accumulate_pairs.FLOOR_BYTES
+    with pytest.warns(RuntimeWarning, match=settings.PAIR_BUDGET.variable):
+        assert pair_memory.budget(chain) == pair_memory.FLOOR_BYTES
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert accumulate_pairs.budget(chain) == accumulate_pairs.FLOOR_BYTES
+        assert pair_memory.budget(chain) == pair_memory.FLOOR_BYTES
 
 
 def test_the_budget_variable_is_part_of_the_graph_cache_key(monkeypatch):
-    monkeypatch.delenv(accumulate_pairs.BUDGET_VARIABLE, raising=False)
+    monkeypatch.delenv(settings.PAIR_BUDGET.variable, raising=False)
     default = accumulate_pairs.cache_settings()
-    monkeypatch.setenv(accumulate_pairs.BUDGET_VARIABLE, "128")
+    monkeypatch.setenv(settings.PAIR_BUDGET.variable, "128")
     assert accumulate_pairs.cache_settings() != default
 
 
@@ -256,21 +256,21 @@ def status_line(capsys) -> str:
 
 
 def test_the_status_shows_the_budget_the_variable_sets(monkeypatch, capsys):
-    monkeypatch.setenv(accumulate_pairs.BUDGET_VARIABLE, "80")
-    assert status_line(capsys).endswith(f"; pair budget 80 MiB ({accumulate_pairs.BUDGET_VARIABLE})")
+    monkeypatch.setenv(settings.PAIR_BUDGET.variable, "80")
+    assert status_line(capsys).endswith(f"; pair budget 80 MiB ({settings.PAIR_BUDGET.variable})")
 
 
 def test_the_status_says_a_budget_value_that_is_not_a_size_is_ignored(monkeypatch, capsys):
-    monkeypatch.setenv(accumulate_pairs.BUDGET_VARIABLE, "lots")
+    monkeypatch.setenv(settings.PAIR_BUDGET.variable, "lots")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         line = status_line(capsys)
-    assert not [w for w in caught if accumulate_pairs.BUDGET_VARIABLE in str(w.message)]  # reported, not warned
-    assert line.endswith(f"; {accumulate_pairs.BUDGET_VARIABLE}='lots' ignored")
+    assert not [w for w in caught if settings.PAIR_BUDGET.variable in str(w.message)]  # reported, not warned
+    assert line.endswith(f"; {settings.PAIR_BUDGET.variable}='lots' ignored")
 
 
 def test_without_the_variable_the_status_says_only_applied(monkeypatch, capsys):
-    monkeypatch.delenv(accumulate_pairs.BUDGET_VARIABLE, raising=False)
+    monkeypatch.delenv(settings.PAIR_BUDGET.variable, raising=False)
     assert re.search(r"applied \(\d+ patch(es)?\)$", status_line(capsys))
 
 
@@ -283,7 +283,7 @@ def test_symbolic_sizes_are_costed_at_their_hints_without_a_warning():
     assert not all(isinstance(s, int) for s in placeholder.meta["val"].shape)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # torch 2.11 deprecates hint_int with a FutureWarning
-        assert accumulate_pairs._bytes(placeholder.meta["val"]) == g.numel() * g.element_size()
+        assert pair_memory.value_bytes(placeholder.meta["val"]) == g.numel() * g.element_size()
 
 
 # ---------------------------------------------------------------- rows of one tensor, symbolic bounds
@@ -396,8 +396,8 @@ def test_a_pair_a_splitter_takes_is_one_step_with_each_chunk_where_it_lies(split
 
 
 def test_a_chain_too_large_to_stack_is_split_within_its_budget(splitter, monkeypatch):
-    monkeypatch.setattr(accumulate_pairs, "FLOOR_BYTES", CHUNK * V * 4)  # one chunk: a cat's three are over
-    monkeypatch.setattr(accumulate_pairs, "ACCUMULATOR_SHARE", 0.0)
+    monkeypatch.setattr(pair_memory, "FLOOR_BYTES", CHUNK * V * 4)  # one chunk: a cat's three are over
+    monkeypatch.setattr(pair_memory, "ACCUMULATOR_SHARE", 0.0)
     graph = graph_of(separate_chunks_chain, *separate_chunks_args())
     assert accumulate_pairs.accumulate_in_pairs(graph) == 1
     assert [n for n in graph.nodes if n.target is splitter]

@@ -146,10 +146,10 @@ def test_the_passes_run_in_the_slot_s_order_and_the_uuid_names_them():
 def test_the_uuid_changes_with_a_pass_s_settings(monkeypatch):
     """accumulate_pairs' memory budget and splitters decide its output: another budget,
     another cache key."""
-    from inductor_addmm_fix.inductor.passes import accumulate_pairs
+    from inductor_addmm_fix.inductor.passes import accumulate_pairs, pair_memory
 
     before = slot.make_chained_pass(None).uuid()
-    monkeypatch.setattr(accumulate_pairs, "FLOOR_BYTES", accumulate_pairs.FLOOR_BYTES * 2)
+    monkeypatch.setattr(pair_memory, "FLOOR_BYTES", pair_memory.FLOOR_BYTES * 2)
     assert slot.make_chained_pass(None).uuid() != before
     monkeypatch.undo()
     monkeypatch.setitem(accumulate_pairs.SPLITTERS, "another", lambda first, second: None)
@@ -197,3 +197,12 @@ def test_no_pass_imports_another_pass():
                 where = (node.module or "").split(".")[-1]
                 imported |= {where} | {a.name for a in node.names} if node.level or package in (node.module or "") else set()
         assert not (imported & (passes - {path.stem})), (path.name, imported & passes)
+
+
+@needs_pass
+def test_the_uuid_covers_the_source_of_what_the_passes_share(monkeypatch):
+    hashed = []
+    monkeypatch.setattr(slot, "hash_of_files", lambda files: hashed.append(files) or "hash")
+    slot.make_chained_pass(None).uuid()
+    names = {f.rsplit("/", 1)[-1] for f in hashed[0]}
+    assert {"fx_support.py", "pair_memory.py", "adjacent_slices.py", "scatter_chains.py", "post_grad_slot.py"} <= names

@@ -32,7 +32,7 @@ A feature that can accumulate a pair with each chunk's operands where they lie r
 a splitter in :data:`SPLITTERS` (``accumulate_kernel`` on Hopper GPUs: one kernel, one
 pass over the accumulator); a pair it takes becomes its op instead of a ``cat``, costing
 only the waiting chunk.  A chain is merged where its pairs' extra memory fits
-:func:`budget` (the split form first, then the ``cat``), else left alone.  The budget is
+:func:`pair_memory.budget` (the split form first, then the ``cat``), else left alone.  The budget is
 ``max(64 MiB, 5%`` of the accumulator), the bound the package holds a compiled step to
 against eager's memory; ``INDUCTOR_ADDMM_FIX_PAIR_BUDGET_MIB`` sets another (more where
 memory can be traded for speed, 0 for none), read at each compile.  Counted in
@@ -56,8 +56,9 @@ from ...settings import PAIR_BUDGET
 from ...patching.counters import count
 from ...patching.declare import Decision, Unavailable, needed
 from . import post_grad_slot
+from . import pair_memory
 from .adjacent_slices import adjacent_slices
-from .fx_support import CHUNKS_PER_STEP, SPLITTERS, FakeValues, accumulation_ops, same_sizes, size_hint, val
+from .fx_support import CHUNKS_PER_STEP, SPLITTERS, FakeValues, accumulation_ops, same_sizes, val
 
 aten = torch.ops.aten
 log = logging.getLogger(__name__)
@@ -66,21 +67,11 @@ NAME = "accumulate_pairs"  # counted as "accumulate_pairs:<event>"
 RETIRED_BY = "none: an optimization across eager calls"
 
 
-# The extra memory a merged pair may always take, and the share of the accumulator's size
-# it may take where that is more: the bound the package holds a compiled step to against
-# eager (docs/gpu-results.md).
-FLOOR_BYTES = 64 << 20
-ACCUMULATOR_SHARE = 0.05
-#: The environment variable that sets the extra memory, in MiB, a merged pair may take in
-#: place of that bound: more where the memory is there to trade for speed (a chunk of
-#: Liger's logits that is over the bound: docs/gpu-results.md), 0 for none.
-BUDGET_VARIABLE = PAIR_BUDGET.variable
-
 def cache_settings() -> tuple:
     """What the pass's output depends on besides its source and the graph (the FX graph
     cache keys on it): the budget's constants, the budget the environment sets, and the
     splitters registered."""
-    return (FLOOR_BYTES, ACCUMULATOR_SHARE, PAIR_BUDGET.value(), tuple(sorted(SPLITTERS)))
+    return (pair_memory.FLOOR_BYTES, pair_memory.ACCUMULATOR_SHARE, PAIR_BUDGET.value(), tuple(sorted(SPLITTERS)))
 
 
 def settings() -> str | None:
@@ -155,39 +146,12 @@ def _rows(graph: fx.Graph, pieces: list[fx.Node], mode: Any) -> fx.Node:
     return node
 
 
-def _bytes(value: Any, dtype: torch.dtype | None = None) -> int:
-    numel = 1
-    for size in value.shape:
-        numel *= size_hint(size)
-    return numel * (dtype or value.dtype).itemsize
-
-
-def _narrowing_cast_bytes(node: fx.Node) -> int:
-    """Bytes of the largest cast of ``node``'s value to a narrower dtype among its users."""
-    casts = (torch.ops.prims.convert_element_type.default, aten._to_copy.default)
-    best = 0
-    for user in node.users:
-        if user.op != "call_function" or user.target not in casts:
-            continue
-        dtype = user.args[1] if user.target is casts[0] and len(user.args) > 1 else user.kwargs.get("dtype")
-        value = val(node)
-        if isinstance(dtype, torch.dtype) and value is not None and dtype.itemsize < value.dtype.itemsize:
-            best = max(best, _bytes(value, dtype))
-    return best
-
-
 def pair_cost(first: fx.Node, second: fx.Node, split: bool = False) -> int:
     """Bytes a merged pair keeps alive beyond two separate steps: for each operand that is
     not one slice already, the first chunk waiting for the second, and (unless ``split``:
     each chunk read where it lies) the ``cat`` of both."""
-    cost = 0
-    for pieces in ([_transposed(first.args[1]), _transposed(second.args[1])], [first.args[2], second.args[2]]):
-        if any(p is None or val(p) is None for p in pieces):
-            return 0  # not mergeable: _merge declines it
-        if adjacent_slices(pieces) is None:
-            a, b = (_bytes(val(p)) for p in pieces)
-            cost += a if split else a + a + b
-    return cost
+    operands = ([_transposed(first.args[1]), _transposed(second.args[1])], [first.args[2], second.args[2]])
+    return pair_memory.pair_cost(operands, split)
 
 
 def splitter(first: fx.Node, second: fx.Node) -> Any:
@@ -197,17 +161,6 @@ def splitter(first: fx.Node, second: fx.Node) -> Any:
         if op is not None:
             return op
     return None
-
-
-def budget(chain: list[fx.Node]) -> int:
-    """The extra memory a pair of ``chain`` may take: ``max(FLOOR_BYTES,
-    ACCUMULATOR_SHARE`` of the accumulator), or what :data:`BUDGET_VARIABLE` sets; and at
-    least what a narrowing cast of the result allocates at the peak anyway."""
-    chosen = PAIR_BUDGET.value()
-    if chosen is None:
-        accumulator = val(chain[-1])
-        chosen = max(FLOOR_BYTES, int(ACCUMULATOR_SHARE * _bytes(accumulator)) if accumulator is not None else 0)
-    return max(chosen, _narrowing_cast_bytes(chain[-1]))
 
 
 def _merge(graph: fx.Graph, first: fx.Node, second: fx.Node) -> fx.Node | None:
@@ -272,7 +225,7 @@ def _how(chain: list[fx.Node]) -> tuple[str, list]:
     costs = [pair_cost(a, b) for a, b in pairs]
     if max(costs) == 0:
         return "cat", []
-    allowed = budget(chain)
+    allowed = pair_memory.budget(chain)
     ops = [splitter(a, b) for a, b in pairs]
     if all(op is not None for op in ops) and max(pair_cost(a, b, split=True) for a, b in pairs) <= allowed:
         return "split", ops

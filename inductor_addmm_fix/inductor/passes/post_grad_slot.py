@@ -10,12 +10,14 @@ applied while any pass is.
 
 The previous value stays reachable as ``.previous``, so that uninstalling puts the
 same object back.  The pass's ``uuid()`` (which the FX graph cache keys on) covers the
-passes that run, their source, the settings a pass module reports (its
+passes that run, the source of every module of this folder (the passes and what they
+share), the settings a pass module reports (its
 ``cache_settings()``, if it has one), and the previous passes' uuids.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any, Callable
 
@@ -119,7 +121,9 @@ def make_chained_pass(previous: Any) -> Any:
                 return None
             ours = active_passes()
             modules = [sys.modules[p.__module__] for _, p in ours]
-            files = {__file__, *(m.__file__ for m in modules)}
+            # the passes' own files and those they read their graphs with (fx_support, ...)
+            here = os.path.dirname(__file__)
+            files = {*(os.path.join(here, f) for f in os.listdir(here) if f.endswith(".py")), *(m.__file__ for m in modules)}
             settings = tuple(m.cache_settings() if hasattr(m, "cache_settings") else () for m in modules)
             return ("inductor_addmm_fix.post_grad", tuple(n for n, _ in ours), hash_of_files(tuple(sorted(files))),
                     settings, prev)
