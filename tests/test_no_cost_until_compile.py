@@ -54,8 +54,22 @@ def activate_then_compile(route: str) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+def _installed(route: str) -> bool:
+    """Whether this Python has the route installed (a checkout on PYTHONPATH has neither
+    the ``.pth`` line nor the entry point)."""
+    from inductor_addmm_fix.activation import routes
+
+    if route == ".pth":
+        return routes.pth_file() is not None
+    if route == "entry-point":
+        return routes.entry_point_registered()
+    return True
+
+
 @pytest.mark.parametrize("route", ROUTES)
 def test_activation_imports_neither_dynamo_nor_inductor_and_the_first_compile_gets_the_fix(route):
+    if not _installed(route):
+        pytest.skip(f"the {route} route is not installed in this Python (the package is on its path only)")
     report = activate_then_compile(route)
     assert report["activation"] == route
     assert report["heavy"] == []
