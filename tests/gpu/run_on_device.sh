@@ -20,6 +20,10 @@
 #   hfnightly   the same with liger-kernel-nightly (.whl/liger_kernel_nightly-*.whl); $OUT/hfnightly.jsonl
 #   compiletime benchmarks/compile_time.py (COMPILE_ARGS, default: the small-H model and the Llama-3-8B
 #               head, static and changing lengths); its table in $OUT/compiletime.log, JSON in $OUT/compiletime.json
+#   ligerhead   tests/gpu/test_liger_head_cuda.py: Liger's forward as the package's op with changing lengths and
+#               every option, bit for bit against eager
+#   trainingrun benchmarks/compile_time.py --run (RUN_ARGS, default: the small-H model and the Llama-3-8B head,
+#               model compiled, heads eager, ce, liger, liger-opaque); table in $OUT/trainingrun.log
 #   ligersuite  Liger 0.8.5's own FLCE test file (from .whl/liger_kernel-0.8.5.tar.gz) with
 #               one compiled FLCE Function per worker (tests/gpu/liger_compiled_plugin.py);
 #               LIGER_WORKERS (default 4) workers, LIGER_TIMEOUT (default 560) seconds
@@ -65,6 +69,11 @@ for what in "$@"; do
     hfnightly) hf_step hfnightly nightly ;;
     compiletime) install_liger 0.8.5
       step compiletime ${COMPILE_TIMEOUT:-420} python3 benchmarks/compile_time.py --json "$OUT/compiletime.json" ${COMPILE_ARGS:-} ;;
+    ligerhead) install_liger 0.8.5
+      step ligerhead ${LIGERHEAD_TIMEOUT:-240} python3 -m pytest -q -p no:cacheprovider tests/gpu/test_liger_head_cuda.py --tb=short ;;
+    trainingrun) install_liger 0.8.5
+      step trainingrun ${RUN_TIMEOUT:-560} python3 benchmarks/compile_time.py --run --json "$OUT/trainingrun.json" \
+        ${RUN_ARGS:---models small-h,llama3-8b-head --compile model --timeout 240} ;;
     ligersuite) install_liger 0.8.5
       rm -rf /tmp/liger-src && mkdir -p /tmp/liger-src && tar xzf .whl/liger_kernel-0.8.5.tar.gz -C /tmp/liger-src --strip-components=1
       (cd /tmp/liger-src && PYTHONPATH="$OLDPWD:$OLDPWD/tests/gpu:/tmp/site-0.8.5:/tmp/liger-src" step ligersuite ${LIGER_TIMEOUT:-560} python3 -m pytest -q -p no:cacheprovider -n ${LIGER_WORKERS:-4} -p liger_compiled_plugin -rfE --timeout 200 test/transformers/test_fused_linear_cross_entropy.py --tb=short) ;;
