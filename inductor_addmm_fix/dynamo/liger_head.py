@@ -109,10 +109,15 @@ def is_liger_forward(fn: Any) -> bool:
 
 
 @functools.lru_cache(maxsize=8)
+def _signature(fn: Callable) -> inspect.Signature:
+    return inspect.signature(fn)
+
+
+@functools.lru_cache(maxsize=8)
 def recognised(fn: Callable) -> str | None:
     """None where ``fn`` is a Liger forward this module knows, else why not."""
     try:
-        signature = inspect.signature(fn)
+        signature = _signature(fn)
         source = inspect.getsource(fn)
     except (TypeError, ValueError, OSError) as error:
         return f"its source cannot be read ({type(error).__name__})"
@@ -168,11 +173,6 @@ def _expected(options: dict, _input, weight, bias) -> list:
     return [shape if there else None for shape, there in zip(shapes, present)]
 
 
-@functools.lru_cache(maxsize=8)
-def _parameters(forward: Callable) -> frozenset:
-    return frozenset(inspect.signature(forward).parameters)
-
-
 def _run_liger(_input, weight, target, ce_weight, bias, token_grad_output, options: str):
     """The op's kernel: Liger's forward, as Liger's autograd.Function runs it (grad mode
     off; the inputs' ``requires_grad`` as they were when the graph was traced)."""
@@ -185,7 +185,7 @@ def _run_liger(_input, weight, target, ce_weight, bias, token_grad_output, optio
     tensors = dict(zip(TENSORS, (_input, weight, target, ce_weight, bias, token_grad_output)))
     tensors["_input"] = _input.detach().requires_grad_(chosen["grads"]["input"])
     tensors["weight"] = weight.detach().requires_grad_(chosen["grads"]["weight"])
-    tensors = {k: v for k, v in tensors.items() if k in _parameters(forward)}
+    tensors = {k: v for k, v in tensors.items() if k in _signature(forward).parameters}
     count(COUNTED, "run")  # each run of the op (the events above are counted while Dynamo traces)
     with torch.no_grad():
         outputs = forward(**tensors, **_kwargs(chosen))
@@ -267,7 +267,7 @@ def opaque_call(fn, args, kwargs, chosen: str):
     from torch._dynamo.variables import TensorVariable
 
     try:
-        bound = inspect.signature(fn).bind(*args, **kwargs)
+        bound = _signature(fn).bind(*args, **kwargs)
     except TypeError:
         return None
     values = dict(bound.arguments)
@@ -292,7 +292,7 @@ def opaque_call(fn, args, kwargs, chosen: str):
     if example is None:
         return None
     weight = tensors["weight"].as_proxy().node.meta.get("example_value")
-    defaults = {n: p.default for n, p in inspect.signature(fn).parameters.items() if n not in values}
+    defaults = {n: p.default for n, p in _signature(fn).parameters.items() if n not in values}
     merged = {**{k: v for k, v in defaults.items() if k not in TENSORS}, **scalars}
     if not all(_plain(v) for v in merged.values()):
         return None
