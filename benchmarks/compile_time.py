@@ -415,17 +415,10 @@ def main() -> None:
         for shape_name, lengths in shapes.items():
             for head in args.heads.split(","):
                 spec = {"model": model, "head": head, "shapes": shape_name, "lengths": list(lengths), "device": args.device}
-                with tempfile.TemporaryDirectory(prefix="compile-time-") as caches:
-                    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=f"{caches}/inductor", TRITON_CACHE_DIR=f"{caches}/triton")
+                result = child(spec, dict(os.environ), args.timeout, "--one")
+                if "error" not in result:
                     try:
-                        child = subprocess.run([sys.executable, __file__, "--one", json.dumps(spec)], env=env,
-                                               capture_output=True, text=True, timeout=args.timeout)  # fmt: skip
-                        if child.returncode:
-                            raise RuntimeError(child.stderr.strip().splitlines()[-1] if child.stderr.strip() else f"exit {child.returncode}")
-                        result = json.loads(child.stdout.strip().splitlines()[-1])
                         result["summary"] = summarize(result)
-                    except subprocess.TimeoutExpired as stopped:
-                        result = {**spec, "error": f"over {args.timeout:.0f} s", "steps": steps_printed(stopped.stdout)}
                     except Exception as error:  # one run failing leaves the others' rows
                         result = {**spec, "error": f"{type(error).__name__}: {error}"}
                 results.append(result)
