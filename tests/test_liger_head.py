@@ -18,7 +18,7 @@ from torch._dynamo.utils import counters
 from helpers import liger_mimic, many_recompiles
 from inductor_addmm_fix import installer
 from inductor_addmm_fix import settings
-from inductor_addmm_fix.dynamo import liger_head
+from inductor_addmm_fix.dynamo import liger_head, liger_head_op
 from inductor_addmm_fix.patching.counters import COUNTER
 
 H, V = 16, 128  # Liger's chunks: next_power_of_2(cdiv(BT, 8)) rows, 5 to 8 of them below
@@ -88,6 +88,9 @@ def assert_matches_float64(got, ref, tensors, ref_tensors):
 @pytest.fixture(autouse=True)
 def fresh_counters():
     counters.clear()
+    liger_head_op.reset_tiers()
+    yield
+    liger_head_op.reset_tiers()
 
 
 @pytest.fixture
@@ -99,9 +102,9 @@ def head_mode(monkeypatch):
 
 
 def test_changing_lengths_compile_two_graph_sets_and_no_more():
-    """Automatic dynamic shapes: the first length compiles the loop (static), the second
-    the opaque op (symbolic), and the later lengths, every one a new chunk count, compile
-    nothing."""
+    """Automatic dynamic shapes: the first length compiles the op (static), the second the
+    op again (symbolic), and the later lengths, every one a new chunk count, compile
+    nothing; the loop is never compiled."""
     assert [liger_chunks(n) for n in LENGTHS] == [6, 7, 5, 8, 6, 7]
     with liger_mimic() as liger, many_recompiles():
         step = torch.compile(training_step(liger))
@@ -113,7 +116,61 @@ def test_changing_lengths_compile_two_graph_sets_and_no_more():
             assert_matches_float64(got, reference_step(*ref_tensors), tensors, ref_tensors)
             after.append(graphs())
     assert after[2:] == [after[1]] * (len(LENGTHS) - 2), after
-    assert events("run") == len(LENGTHS) - 1  # every step but the first (static) ran the op
+    assert events("run") == len(LENGTHS)
+
+
+def test_a_fixed_length_compiles_the_loop_after_promote_after_steps():
+    """A static graph starts with the op; once its length has run PROMOTE_AFTER steps and
+    no symbolic graph has, Dynamo compiles it once more, with Liger's loop."""
+    steps = liger_head_op.PROMOTE_AFTER + 3
+    with liger_mimic() as liger:
+        step = torch.compile(training_step(liger))
+        after = []
+        for _ in range(steps):
+            tensors = inputs(40)
+            ref_tensors = clones(*tensors)
+            assert_matches_float64(step(*tensors), reference_step(*ref_tensors), tensors, ref_tensors)
+            after.append(graphs())
+    promoted_at = liger_head_op.PROMOTE_AFTER
+    assert after[:promoted_at] == [after[0]] * promoted_at, after
+    assert after[promoted_at:] == [after[promoted_at]] * (steps - promoted_at), after
+    assert after[promoted_at] > after[0]
+    assert events("run") == liger_head_op.PROMOTE_AFTER
+    assert events("promoted") == 1
+
+
+def test_a_run_whose_lengths_changed_never_compiles_the_loop():
+    """The first length comes back for many steps after a symbolic graph ran the head: its
+    static graph keeps the op."""
+    with liger_mimic() as liger, many_recompiles():
+        step = torch.compile(training_step(liger))
+        for rows in (40, 48) + (40,) * (liger_head_op.PROMOTE_AFTER + 2):
+            step(*inputs(rows))
+        first = graphs()
+        step(*inputs(40))
+        assert graphs() == first
+    assert events("promoted") == 0
+    assert events("run") == liger_head_op.PROMOTE_AFTER + 5
+
+
+def test_static_graphs_of_several_lengths_never_compile_the_loop():
+    """``dynamic=False`` with changing lengths: one static graph per length, none promoted
+    (a run of changing lengths would compile each one's loop)."""
+    with liger_mimic() as liger, many_recompiles():
+        step = torch.compile(training_step(liger), dynamic=False)
+        for _ in range(liger_head_op.PROMOTE_AFTER + 1):
+            for rows in (40, 48):
+                step(*inputs(rows))
+    assert events("promoted") == 0
+
+
+def test_nothing_is_promoted_where_a_recompile_would_raise():
+    with liger_mimic() as liger, torch._dynamo.config.patch(error_on_recompile=True):
+        step = torch.compile(training_step(liger))
+        for _ in range(liger_head_op.PROMOTE_AFTER + 2):
+            step(*inputs(40))
+    assert events("promoted") == 0
+    assert events("run") == liger_head_op.PROMOTE_AFTER + 2
 
 
 @pytest.mark.slow
@@ -151,25 +208,17 @@ def test_liger_s_chunk_count_is_computed_as_liger_computes_it():
     assert liger_head.liger_chunks((8192, 896), (151936, 896), chunk_mem_const=4) == 32
 
 
-@pytest.mark.slow
-def test_static_lengths_compile_the_loop():
+def test_the_opaque_setting_keeps_the_op_in_static_graphs(head_mode):
+    head_mode("opaque")
+    steps = liger_head_op.PROMOTE_AFTER + 2
     with liger_mimic() as liger:
         step = torch.compile(training_step(liger))
-        for _ in range(3):
+        for _ in range(steps):
             tensors = inputs(40)
             ref_tensors = clones(*tensors)
             assert_matches_float64(step(*tensors), reference_step(*ref_tensors), tensors, ref_tensors)
-    assert events("run") == 0
-
-
-def test_the_opaque_setting_takes_static_lengths_too(head_mode):
-    head_mode("opaque")
-    with liger_mimic() as liger:
-        step = torch.compile(training_step(liger))
-        tensors = inputs(40)
-        ref_tensors = clones(*tensors)
-        assert_matches_float64(step(*tensors), reference_step(*ref_tensors), tensors, ref_tensors)
-    assert events("run")
+    assert events("run") == steps
+    assert events("promoted") == 0
 
 
 def test_dynamic_true_takes_the_opaque_op_at_the_first_compile():

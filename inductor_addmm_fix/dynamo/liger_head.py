@@ -18,15 +18,18 @@ redirected.
 
 Which calls, ``INDUCTOR_ADDMM_FIX_LIGER_HEAD``:
 
-* ``auto`` (default): the loop compiled where the token count is static and Liger runs
-  at most :data:`LOOP_MAX_CHUNKS` chunks (Llama-like heads, V / H up to about 32: a
-  static graph serves every step of its length, and the package's passes make the loop
-  faster than eager), the opaque op elsewhere: where the token count is symbolic
-  (changing lengths after Dynamo's automatic dynamic shapes, ``dynamic=True``,
-  ``mark_dynamic``), and where the loop is longer (small hidden sizes with large
-  vocabularies: 64-148 chunks, whose unrolled compile costs more than a plain cross
-  entropy's whole model, and is paid again by the first step of a run whose lengths
-  change);
+* ``auto`` (default): the op first everywhere; Liger's loop compiled later where the
+  lengths turn out not to change.  A static graph whose loop has at most
+  :data:`LOOP_MAX_CHUNKS` chunks (Llama-like heads, V / H up to about 32) starts with the
+  op and is compiled again with the loop once one length has run
+  :data:`liger_head_op.PROMOTE_AFTER` steps and no graph with a symbolic token count has
+  (the tiers: ``dynamic/liger_head_op.py``): a fixed-length run then gets the loop, which
+  the package's passes make faster than eager, and a run whose lengths change never
+  compiles it (its second length gives a symbolic graph, with the op).  Where the token
+  count is symbolic (automatic dynamic shapes, ``dynamic=True``, ``mark_dynamic``) and
+  where the loop is longer (small hidden sizes with large vocabularies: 64-148 chunks,
+  whose unrolled compile costs more than a plain cross entropy's whole model), the op
+  stays;
 * ``loop``: always the loop (compiled as Dynamo traces it);
 * ``opaque``: always the opaque op (the shortest compile, eager's speed for the head).
 
@@ -54,21 +57,16 @@ from ..patching.counters import count
 from ..patching.declare import Decision, needed, require
 from ..patching.registry import Patch
 from ..patching.slots import Attribute
+from . import liger_head_op
+from .liger_head_op import COUNTED, FUNCTION, MODULE, OUTPUTS, TENSORS, VARIABLE, liger_flce_forward, opaque_forward
+from .liger_head_op import signature as _signature
 
 NAME = "dynamo.liger_flce_forward_opaque"
 RETIRED_BY = "none known: Dynamo unrolls Liger's chunk loop and guards on the chunk count"
-COUNTED = "liger_head"  # counters["inductor_addmm_fix"]["liger_head:<event>"]
-
-MODULE = "liger_kernel.ops.fused_linear_cross_entropy"
-FUNCTION = "fused_linear_cross_entropy_forward"
-OP = "inductor_addmm_fix::liger_flce_forward"
-VARIABLE = LIGER_HEAD.variable
 MODES = LIGER_HEAD_MODES
 #: ``auto``: the longest loop compiled in a static graph (the chunks of one call)
 LOOP_MAX_CHUNKS = 32
 
-#: Liger's parameters that hold tensors (or None), in the op's order.
-TENSORS = ("_input", "weight", "target", "ce_weight", "bias", "token_grad_output")
 #: Every parameter of the forward this module knows (0.8.1-0.8.5 and the nightly).
 PARAMETERS = frozenset(TENSORS) | {
     "ignore_index", "lse_square_scale", "label_smoothing", "reduction", "softcap", "return_z_loss",
@@ -77,7 +75,6 @@ PARAMETERS = frozenset(TENSORS) | {
 }  # fmt: skip
 #: What the forward returns, as its source writes it.
 RETURNS = "return loss, z_loss, token_accuracy, predicted_tokens, grad_input, grad_weight, grad_bias"
-OUTPUTS = ("loss", "z_loss", "token_accuracy", "predicted_tokens", "grad_input", "grad_weight", "grad_bias")
 
 _warned: set = set()
 
@@ -109,11 +106,6 @@ def is_liger_forward(fn: Any) -> bool:
 
 
 @functools.lru_cache(maxsize=8)
-def _signature(fn: Callable) -> inspect.Signature:
-    return inspect.signature(fn)
-
-
-@functools.lru_cache(maxsize=8)
 def recognised(fn: Callable) -> str | None:
     """None where ``fn`` is a Liger forward this module knows, else why not."""
     try:
@@ -135,115 +127,6 @@ def recognised(fn: Callable) -> str | None:
     return None
 
 
-# ---------------------------------------------------------------- the op
-@functools.lru_cache(maxsize=None)
-def _options(text: str) -> dict:
-    return json.loads(text)
-
-
-def _dtype(name: str | None):
-    import torch
-
-    return None if name is None else getattr(torch, name)
-
-
-def _kwargs(options: dict) -> dict:
-    kwargs = dict(options["kwargs"])
-    if "accum_dtype" in kwargs:
-        kwargs["accum_dtype"] = _dtype(kwargs["accum_dtype"])
-    return kwargs
-
-
-def _expected(options: dict, _input, weight, bias) -> list:
-    """(shape, dtype) of each output, None where Liger returns None."""
-    import torch
-
-    rows = _input.shape[0]
-    present = options["present"]
-    scalar_or_rows = (rows,) if options["per_token"] else ()
-    shapes = [
-        (scalar_or_rows, torch.float32),
-        (scalar_or_rows, _input.dtype),
-        (scalar_or_rows, torch.float32),
-        ((rows,), torch.int64),
-        (tuple(_input.shape), _input.dtype),
-        (tuple(weight.shape), weight.dtype),
-        (tuple(bias.shape), bias.dtype) if bias is not None else None,
-    ]
-    return [shape if there else None for shape, there in zip(shapes, present)]
-
-
-def _run_liger(_input, weight, target, ce_weight, bias, token_grad_output, options: str):
-    """The op's kernel: Liger's forward, as Liger's autograd.Function runs it (grad mode
-    off; the inputs' ``requires_grad`` as they were when the graph was traced)."""
-    import importlib
-
-    import torch
-
-    chosen = _options(options)
-    forward = getattr(importlib.import_module(chosen["module"]), FUNCTION)
-    tensors = dict(zip(TENSORS, (_input, weight, target, ce_weight, bias, token_grad_output)))
-    tensors["_input"] = _input.detach().requires_grad_(chosen["grads"]["input"])
-    tensors["weight"] = weight.detach().requires_grad_(chosen["grads"]["weight"])
-    tensors = {k: v for k, v in tensors.items() if k in _signature(forward).parameters}
-    count(COUNTED, "run")  # each run of the op (the events above are counted while Dynamo traces)
-    with torch.no_grad():
-        outputs = forward(**tensors, **_kwargs(chosen))
-    expected = _expected(chosen, _input, weight, bias)
-    result = []
-    for name, value, want in zip(OUTPUTS, outputs, expected):
-        got = None if value is None else (tuple(value.shape), value.dtype)
-        if got != want:
-            raise RuntimeError(
-                f"inductor_addmm_fix: Liger's {FUNCTION} returned {name} as {got}, where the compiled graph "
-                f"expects {want}; run with {VARIABLE}=loop and report it"
-            )
-        result.append(_input.new_empty(0) if value is None else value)
-    return result
-
-
-def _fake(_input, weight, target, ce_weight, bias, token_grad_output, options: str):
-    chosen = _options(options)
-    return [
-        _input.new_empty(0) if want is None else _input.new_empty(want[0], dtype=want[1])
-        for want in _expected(chosen, _input, weight, bias)
-    ]
-
-
-@functools.lru_cache(maxsize=None)
-def liger_flce_forward():
-    """``torch.ops.inductor_addmm_fix.liger_flce_forward``, registered at first use."""
-    import torch
-
-    namespace, name = OP.split("::")
-    if not hasattr(getattr(torch.ops, namespace), name):
-        schema = ("(Tensor _input, Tensor weight, Tensor target, Tensor? ce_weight, Tensor? bias, "
-                  "Tensor? token_grad_output, str options) -> Tensor[]")  # fmt: skip
-        # Liger's forward reads a count with .item(): CUDA graphs capture around it
-        unsafe = getattr(torch.Tag, "cudagraph_unsafe", None)
-        torch.library.define(OP, schema, tags=(unsafe,) if unsafe is not None else ())
-        torch.library.impl(OP, "CompositeExplicitAutograd")(_run_liger)
-        torch.library.register_fake(OP)(_fake)
-    return getattr(getattr(torch.ops, namespace), name).default
-
-
-def opaque_forward(_input, weight, target, ce_weight, bias, token_grad_output, options, present):
-    """What Dynamo traces in place of Liger's forward: the op, and None where Liger
-    returns None."""
-    import torch
-
-    out = torch.ops.inductor_addmm_fix.liger_flce_forward(_input, weight, target, ce_weight, bias, token_grad_output, options)
-    return (
-        out[0],
-        out[1] if present[1] else None,
-        out[2] if present[2] else None,
-        out[3] if present[3] else None,
-        out[4],
-        out[5] if present[5] else None,
-        out[6] if present[6] else None,
-    )
-
-
 # ---------------------------------------------------------------- the redirect
 def _constant(variable) -> tuple[bool, Any]:
     try:
@@ -260,9 +143,10 @@ def _plain(value) -> bool:
     return value is None or isinstance(value, (bool, int, float, str, torch.dtype))
 
 
-def opaque_call(fn, args, kwargs, chosen: str):
+def opaque_call(fn, args, kwargs, chosen: str, promoted: Callable[[], bool]):
     """(tensor variables, options, present) for a call of Liger's forward that the op
-    can take, or None where the loop is traced (with the reason counted)."""
+    can take, or None where the loop is traced (with the reason counted).  ``promoted()``
+    traces :func:`liger_head_op.loop_promoted` and gives its value."""
     import torch
     from torch._dynamo.variables import TensorVariable
 
@@ -296,12 +180,17 @@ def opaque_call(fn, args, kwargs, chosen: str):
     merged = {**{k: v for k, v in defaults.items() if k not in TENSORS}, **scalars}
     if not all(_plain(v) for v in merged.values()):
         return None
+    tier = "fixed"
     if chosen == "auto":
         chunks = liger_chunks(example.shape, weight.shape, merged.get("chunk_mem_const") or 1)
-        if chunks is not None and chunks <= LOOP_MAX_CHUNKS:
-            count(COUNTED, "loop:static")
-            return None
-        count(COUNTED, "opaque:symbolic" if chunks is None else "opaque:long_loop")
+        if chunks is None:
+            tier = "symbolic"
+        elif chunks <= LOOP_MAX_CHUNKS:
+            if promoted():  # Dynamo guards on the flag read here
+                count(COUNTED, "loop:promoted")
+                return None
+            tier = "static"
+        count(COUNTED, {"symbolic": "opaque:symbolic", "static": "opaque:static"}.get(tier, "opaque:long_loop"))
     compute = merged.get("compute_gradients")
     weight_grad = merged.get("weight_requires_grad")
     grads = {
@@ -314,7 +203,7 @@ def opaque_call(fn, args, kwargs, chosen: str):
         grads["input"] and "bias" in tensors,
     )  # fmt: skip
     options = {"module": fn.__module__, "kwargs": scalars, "grads": grads, "present": present,
-               "per_token": merged.get("reduction") == "none"}  # fmt: skip
+               "per_token": merged.get("reduction") == "none", "tier": tier}  # fmt: skip
     return [tensors.get(n) for n in TENSORS], json.dumps(options, sort_keys=True), present
 
 
@@ -347,7 +236,11 @@ def redirect(stock: Callable[..., Any]) -> Callable[..., Any]:
                 _warn_once(f"unknown:{why_not}", f"inductor_addmm_fix: Liger's {FUNCTION} is not one this package "
                            f"recognises ({why_not}): its chunk loop is compiled as Dynamo traces it")  # fmt: skip
             elif chosen != "loop":
-                call = opaque_call(fn, args, kwargs, chosen)
+                def promoted() -> bool:
+                    flag = call_function.stock(UserFunctionVariable(liger_head_op.loop_promoted), tx, [], {})
+                    return bool(flag.as_python_constant())
+
+                call = opaque_call(fn, args, kwargs, chosen, promoted)
                 if call is not None:
                     tensors, options, present = call
                     liger_flce_forward()  # registered before Dynamo traces a call of it

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
-from inductor_addmm_fix.dynamo import liger_head
+from inductor_addmm_fix.dynamo import liger_head, liger_head_op
 from inductor_addmm_fix.patching.counters import COUNTER
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -60,6 +60,7 @@ def assert_same(got_out, want_out, tensors, eager_tensors):
 @pytest.fixture(autouse=True)
 def fresh_counters():
     counters.clear()
+    liger_head_op.reset_tiers()
 
 
 def test_changing_lengths_match_eager_bit_for_bit_and_stop_recompiling():
@@ -105,12 +106,18 @@ def test_every_option_matches_eager_bit_for_bit_with_symbolic_lengths(options):
     assert counters[COUNTER]["liger_head:run"] > 0
 
 
-def test_static_lengths_compile_the_loop():
+def test_a_fixed_length_compiles_the_loop_after_promote_after_steps():
     step = run({"accum_dtype": torch.float32})
     compiled = torch.compile(step)
-    tensors = make(1024)
-    eager_tensors = clone(tensors)
-    got, want = compiled(*tensors), step(*eager_tensors)
-    torch.testing.assert_close(got[0], want[0], atol=5e-2, rtol=5e-2)
-    assert counters[COUNTER]["liger_head:run"] == 0
+    steps = liger_head_op.PROMOTE_AFTER + 2
+    for i in range(steps):
+        tensors = make(1024, seed=30 + i)
+        eager_tensors = clone(tensors)
+        got, want = compiled(*tensors), step(*eager_tensors)
+        if i < liger_head_op.PROMOTE_AFTER:  # the op: Liger's own forward
+            assert_same(got, want, tensors, eager_tensors)
+        else:  # the loop, compiled: float32 accumulation in another order
+            torch.testing.assert_close(got[0], want[0], atol=5e-2, rtol=5e-2)
+    assert counters[COUNTER]["liger_head:run"] == liger_head_op.PROMOTE_AFTER
+    assert counters[COUNTER]["liger_head:promoted"] == 1
     assert liger_head.mode() == "auto"

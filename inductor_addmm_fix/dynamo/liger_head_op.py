@@ -1,0 +1,199 @@
+"""The op that stands for Liger FLCE's forward in a compiled graph, and when a static
+graph trades it for Liger's loop.
+
+``inductor_addmm_fix::liger_flce_forward`` runs Liger's own forward (its kernel) and
+gives its outputs' shapes (its fake kernel); ``dynamo/liger_head.py`` decides where
+Dynamo traces it and builds its ``options``.
+
+Tiers (``INDUCTOR_ADDMM_FIX_LIGER_HEAD=auto``): a static graph whose loop is short enough
+to compile starts with the op too, and reads :func:`loop_promoted` while Dynamo traces
+it, so Dynamo guards on that flag.  The op counts its runs by tier; once one static
+shape has run :data:`PROMOTE_AFTER` times and no graph with a symbolic token count has
+run the head (the lengths do not change), the flag is set, the guard fails, and Dynamo
+compiles that graph again with Liger's loop, which the package's passes make faster
+than eager.  A run whose lengths change never pays for compiling the loop: its
+symbolic graph runs the op from the second step on.  Nothing is promoted where a
+recompile would raise (``torch._dynamo.config.error_on_recompile``, the
+``fail_on_recompile`` stance).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+from typing import Callable
+
+from ..patching.counters import count
+from ..settings import LIGER_HEAD
+
+MODULE = "liger_kernel.ops.fused_linear_cross_entropy"
+FUNCTION = "fused_linear_cross_entropy_forward"
+OP = "inductor_addmm_fix::liger_flce_forward"
+COUNTED = "liger_head"  # counters["inductor_addmm_fix"]["liger_head:<event>"]
+VARIABLE = LIGER_HEAD.variable
+
+#: Liger's parameters that hold tensors (or None), in the op's order.
+TENSORS = ("_input", "weight", "target", "ce_weight", "bias", "token_grad_output")
+OUTPUTS = ("loss", "z_loss", "token_accuracy", "predicted_tokens", "grad_input", "grad_weight", "grad_bias")
+
+#: runs of one static shape, in a process whose lengths have not changed, after which
+#: static graphs compile Liger's loop
+PROMOTE_AFTER = 4
+#: the op's ``options["tier"]``: ``static`` graphs count towards promotion, ``symbolic``
+#: ones stop it, ``fixed`` ones (a long loop, the ``opaque`` setting) do neither
+TIERS = ("static", "symbolic", "fixed")
+
+_PROMOTED = False
+_static_runs: dict = {}
+_symbolic_ran = False
+
+
+@functools.lru_cache(maxsize=8)
+def signature(fn: Callable) -> inspect.Signature:
+    return inspect.signature(fn)
+
+
+# ---------------------------------------------------------------- tiers
+def loop_promoted() -> bool:
+    """Whether static graphs compile Liger's loop: Dynamo inlines this function while it
+    traces a static graph under ``auto``, and guards on the global it returns."""
+    return _PROMOTED
+
+
+def reset_tiers() -> None:
+    """Forget the runs counted and the promotion (a fresh process's state)."""
+    global _PROMOTED, _symbolic_ran
+    _PROMOTED, _symbolic_ran = False, False
+    _static_runs.clear()
+
+
+def _may_recompile() -> bool:
+    import torch
+
+    if getattr(torch._dynamo.config, "error_on_recompile", False):
+        return False
+    stance = getattr(getattr(torch._dynamo, "eval_frame", None), "_stance", None)
+    return getattr(stance, "stance", "default") != "fail_on_recompile"
+
+
+def _record_run(tier: str, shape: tuple) -> None:
+    global _PROMOTED, _symbolic_ran
+    if tier == "symbolic":
+        _symbolic_ran = True
+    if tier != "static" or _PROMOTED:
+        return
+    _static_runs[shape] = _static_runs.get(shape, 0) + 1
+    if not _symbolic_ran and len(_static_runs) == 1 and _static_runs[shape] >= PROMOTE_AFTER and _may_recompile():
+        _PROMOTED = True
+        count(COUNTED, "promoted")
+
+
+# ---------------------------------------------------------------- the op
+@functools.lru_cache(maxsize=None)
+def _options(text: str) -> dict:
+    return json.loads(text)
+
+
+def _dtype(name: str | None):
+    import torch
+
+    return None if name is None else getattr(torch, name)
+
+
+def _kwargs(options: dict) -> dict:
+    kwargs = dict(options["kwargs"])
+    if "accum_dtype" in kwargs:
+        kwargs["accum_dtype"] = _dtype(kwargs["accum_dtype"])
+    return kwargs
+
+
+def _expected(options: dict, _input, weight, bias) -> list:
+    """(shape, dtype) of each output, None where Liger returns None."""
+    import torch
+
+    rows = _input.shape[0]
+    present = options["present"]
+    scalar_or_rows = (rows,) if options["per_token"] else ()
+    shapes = [
+        (scalar_or_rows, torch.float32),
+        (scalar_or_rows, _input.dtype),
+        (scalar_or_rows, torch.float32),
+        ((rows,), torch.int64),
+        (tuple(_input.shape), _input.dtype),
+        (tuple(weight.shape), weight.dtype),
+        (tuple(bias.shape), bias.dtype) if bias is not None else None,
+    ]
+    return [shape if there else None for shape, there in zip(shapes, present)]
+
+
+def _run_liger(_input, weight, target, ce_weight, bias, token_grad_output, options: str):
+    """The op's kernel: Liger's forward, as Liger's autograd.Function runs it (grad mode
+    off; the inputs' ``requires_grad`` as they were when the graph was traced)."""
+    import importlib
+
+    import torch
+
+    chosen = _options(options)
+    forward = getattr(importlib.import_module(chosen["module"]), FUNCTION)
+    tensors = dict(zip(TENSORS, (_input, weight, target, ce_weight, bias, token_grad_output)))
+    tensors["_input"] = _input.detach().requires_grad_(chosen["grads"]["input"])
+    tensors["weight"] = weight.detach().requires_grad_(chosen["grads"]["weight"])
+    tensors = {k: v for k, v in tensors.items() if k in signature(forward).parameters}
+    count(COUNTED, "run")  # each run of the op (the other events are counted while Dynamo traces)
+    _record_run(chosen.get("tier", "fixed"), (tuple(_input.shape), tuple(weight.shape)))
+    with torch.no_grad():
+        outputs = forward(**tensors, **_kwargs(chosen))
+    expected = _expected(chosen, _input, weight, bias)
+    result = []
+    for name, value, want in zip(OUTPUTS, outputs, expected):
+        got = None if value is None else (tuple(value.shape), value.dtype)
+        if got != want:
+            raise RuntimeError(
+                f"inductor_addmm_fix: Liger's {FUNCTION} returned {name} as {got}, where the compiled graph "
+                f"expects {want}; run with {VARIABLE}=loop and report it"
+            )
+        result.append(_input.new_empty(0) if value is None else value)
+    return result
+
+
+def _fake(_input, weight, target, ce_weight, bias, token_grad_output, options: str):
+    chosen = _options(options)
+    return [
+        _input.new_empty(0) if want is None else _input.new_empty(want[0], dtype=want[1])
+        for want in _expected(chosen, _input, weight, bias)
+    ]
+
+
+@functools.lru_cache(maxsize=None)
+def liger_flce_forward():
+    """``torch.ops.inductor_addmm_fix.liger_flce_forward``, registered at first use."""
+    import torch
+
+    namespace, name = OP.split("::")
+    if not hasattr(getattr(torch.ops, namespace), name):
+        schema = ("(Tensor _input, Tensor weight, Tensor target, Tensor? ce_weight, Tensor? bias, "
+                  "Tensor? token_grad_output, str options) -> Tensor[]")  # fmt: skip
+        # Liger's forward reads a count with .item(): CUDA graphs capture around it
+        unsafe = getattr(torch.Tag, "cudagraph_unsafe", None)
+        torch.library.define(OP, schema, tags=(unsafe,) if unsafe is not None else ())
+        torch.library.impl(OP, "CompositeExplicitAutograd")(_run_liger)
+        torch.library.register_fake(OP)(_fake)
+    return getattr(getattr(torch.ops, namespace), name).default
+
+
+def opaque_forward(_input, weight, target, ce_weight, bias, token_grad_output, options, present):
+    """What Dynamo traces in place of Liger's forward: the op, and None where Liger
+    returns None."""
+    import torch
+
+    out = torch.ops.inductor_addmm_fix.liger_flce_forward(_input, weight, target, ce_weight, bias, token_grad_output, options)
+    return (
+        out[0],
+        out[1] if present[1] else None,
+        out[2] if present[2] else None,
+        out[3] if present[3] else None,
+        out[4],
+        out[5] if present[5] else None,
+        out[6] if present[6] else None,
+    )
