@@ -234,6 +234,22 @@ def test_dynamic_true_takes_the_opaque_op_at_the_first_compile():
         assert graphs() == first
 
 
+def test_int_options_made_symbolic_by_dynamic_true_are_specialised_and_take_the_op():
+    """``dynamic=True`` makes a frame's int arguments symbolic: where Liger's options reach
+    the forward as arguments of the compiled frame (its Function's forward compiled as a
+    frame of its own, after a graph break), the op still takes them, as constants."""
+    with liger_mimic() as liger:
+        def loss(x, w, t, ignore_index):
+            return liger.flce(x, w, t, None, ignore_index=ignore_index)[0]
+
+        compiled = torch.compile(loss, dynamic=True)
+        for rows in LENGTHS[:2]:
+            x, w, t, _ = inputs(rows, ignore_index=3)
+            assert torch.equal(compiled(x, w, t, 3), loss(x, w, t, 3))
+    assert events("run") == 2
+    assert events("loop") == 0
+
+
 OPTIONS = {
     "mean": {},
     "sum": dict(reduction="sum"),

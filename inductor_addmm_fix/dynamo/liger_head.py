@@ -129,10 +129,18 @@ def recognised(fn: Callable) -> str | None:
 
 # ---------------------------------------------------------------- the redirect
 def _constant(variable) -> tuple[bool, Any]:
+    """(True, value) for a constant, or a symbolic int, float or bool, specialised with a
+    guard (``dynamic=True`` makes a frame's int arguments symbolic, so Liger's
+    ``ignore_index`` is one where its Function's forward is a frame of its own; its loop
+    would specialise them too, as Triton constants); else (False, None)."""
+    from torch._dynamo.variables import SymNodeVariable
+
     try:
         if variable.is_python_constant():
             return True, variable.as_python_constant()
-    except Exception:  # noqa: BLE001  (not a constant)
+        if isinstance(variable, SymNodeVariable):
+            return True, variable.evaluate_expr()
+    except Exception:  # noqa: BLE001  (not a constant; data-dependent)
         pass
     return False, None
 
