@@ -183,7 +183,7 @@ def lowering_over(op: torch._ops.OpOverload, what: str, stock: Any) -> Any:
     it: the installer rolls this feature back with it)."""
     from torch._inductor import lowering as L
 
-    from .lowerings import as_registered_lowering
+    from .lowering_table import as_registered_lowering
 
     own = as_registered_lowering(op, lower_addmm_dtype_ if what == "addmm.dtype" else lower_addmm_)
 
@@ -239,7 +239,7 @@ def _plan_pairs(lowerings: dict) -> Decision:
     lowered to ``accumulate_pair_``."""
     from torch._inductor.fx_passes import reinplace
 
-    from .lowerings import as_registered_lowering
+    from .lowering_table import as_registered_lowering
     from .passes import fx_support
 
     table = getattr(reinplace, "inplaceable_ops", None)
