@@ -204,6 +204,16 @@ def lowering_over(op: torch._ops.OpOverload, what: str, stock: Any) -> Any:
     return entry
 
 
+def idle_here() -> str | None:
+    """None where this process sees a GPU the kernel runs on, else what it lacks (the
+    status shows it beside "applied")."""
+    if torch.cuda.is_available() and any(
+        hopper_accumulate.on_hopper(torch.device("cuda", i)) for i in range(torch.cuda.device_count())
+    ):
+        return None
+    return "no Hopper GPU here (CUDA capability 9.0)"
+
+
 def plan() -> list[Decision]:
     """Wrap the lowerings of the in-place accumulates that ``reinplace`` registered."""
     from torch._inductor import lowering as L
