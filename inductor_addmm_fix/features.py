@@ -71,7 +71,9 @@ FEATURE_TABLE = (
     # Chunked accumulation loops keep their chunk order (post-grad pass).
     Feature("chunk_order", inductor=("inductor.passes.chunk_order",), machinery=("post_grad_slot", "cache_key")),
     # Chunked accumulations update their accumulator once per two chunks (post-grad pass).
-    Feature("accumulate_pairs", inductor=("inductor.passes.accumulate_pairs",), machinery=("post_grad_slot", "cache_key")),
+    Feature(
+        "accumulate_pairs", inductor=("inductor.passes.accumulate_pairs",), machinery=("post_grad_slot", "cache_key")
+    ),
     # A user Triton kernel writing a view gets a copy of the view, not of its storage.
     Feature("triton_clones", inductor=("triton_kernels.clones",)),
     # Float arguments of user Triton kernels are read at run time, not specialized.
