@@ -12,6 +12,10 @@ is rolled back (all its layers) and warned about once.  Machinery that several
 features share (the post-grad pass slot, the cache-key tag) is applied while a
 feature that needs it is.
 
+A feature names modules, never functions: what a module defines for the installer
+(``plan()``, and hooks such as ``self_test()`` or ``settings()``) is declared in
+``patching/protocol.py`` and found on the module by that name.
+
 How a selection of features is written, and its one parser: ``activation/selection.py``.
 
 Imported at interpreter start-up: this module imports nothing.
@@ -23,27 +27,25 @@ from __future__ import annotations
 class Feature:
     """A feature: its name and the modules that make it up."""
 
-    __slots__ = ("name", "core", "tracing", "inductor", "standins", "self_tests", "machinery", "needs", "idle_here",
-                 "settings")
+    __slots__ = ("name", "core", "tracing", "inductor", "standins", "machinery", "needs")
 
-    def __init__(self, name, *, core=(), tracing=(), inductor=(), standins=None, self_tests=None, machinery=("cache_key",),
-                 needs=(), idle_here=None, settings=None):
+    def __init__(self, name, *, core=(), tracing=(), inductor=(), standins=None, machinery=("cache_key",), needs=()):
         self.name = name
-        self.needs = tuple(needs)  # features it builds on (earlier in the table): off while one of them is
+        # features it builds on (earlier in the table): off while one of them is; a module
+        # of this feature imports a module of another feature only if it is named here
+        self.needs = tuple(needs)
         self.core = tuple(core)  # patch modules applied at `import torch`, in the order they plan
         self.tracing = tuple(tracing)  # patch modules applied when torch._dynamo is imported
         # stage -> modules of an earlier stage whose patches stand in for it until it applies
         # (removed when it begins; their patches' names start with the module's name)
         self.standins = dict(standins or {})
         self.inductor = tuple(inductor)  # patch modules of Inductor, in the order they plan
-        self.self_tests = dict(self_tests or {})  # stage -> "module:function" run once it applied
         self.machinery = tuple(machinery)  # shared machinery it needs (keys of MACHINERY)
-        # "module:function" for a feature that acts on some hardware only: None where it
-        # can act in this process, else why not (the status shows it beside "applied")
-        self.idle_here = idle_here
-        # "module:function" for a feature a setting changes: None where it runs as by
-        # default, else what is set (the status shows it beside "applied")
-        self.settings = settings
+
+    @property
+    def modules(self) -> tuple:
+        """Its patch modules, stage by stage."""
+        return tuple(m for stage in STAGES for m in getattr(self, stage))
 
     def __repr__(self) -> str:
         return f"Feature({self.name!r})"
@@ -57,48 +59,37 @@ FEATURE_TABLE = (
         tracing=("core.meta_kernels", "core.decompositions", "core.no_derivative"),
         standins={"tracing": ("core.meta_trigger",)},
         inductor=("inductor.decompositions", "inductor.lowerings"),
-        self_tests={"tracing": "core.meta_kernels:self_test"},
     ),
     # Accumulation chains (addmm(acc, ..., out=acc)) run in place, as in eager.
     Feature("reinplace", inductor=("inductor.reinplace",)),
     # In-place accumulates on Hopper GPUs run the package's kernel where it beats cuBLAS.
-    Feature(
-        "accumulate_kernel",
-        inductor=("inductor.accumulate_kernel",),
-        needs=("reinplace",),
-        idle_here="inductor.hopper_accumulate:idle_here",
-    ),
+    Feature("accumulate_kernel", inductor=("inductor.accumulate_kernel",), needs=("reinplace",)),
     # as_strided of a slice of an unrealized buffer reads the buffer's storage, as in eager.
-    Feature("views", inductor=("inductor.views",), self_tests={"inductor": "inductor.views:self_test"}),
+    Feature("views", inductor=("inductor.views",)),
     # Chunked writes into slices of one buffer write only their slice (post-grad pass).
     Feature("slice_writes", inductor=("inductor.passes.slice_writes",), machinery=("post_grad_slot", "cache_key")),
     # Chunked accumulation loops keep their chunk order (post-grad pass).
     Feature("chunk_order", inductor=("inductor.passes.chunk_order",), machinery=("post_grad_slot", "cache_key")),
     # Chunked accumulations update their accumulator once per two chunks (post-grad pass).
-    Feature("accumulate_pairs", inductor=("inductor.passes.accumulate_pairs",), machinery=("post_grad_slot", "cache_key"),
-            settings="inductor.passes.accumulate_pairs:settings"),
+    Feature(
+        "accumulate_pairs", inductor=("inductor.passes.accumulate_pairs",), machinery=("post_grad_slot", "cache_key")
+    ),
     # A user Triton kernel writing a view gets a copy of the view, not of its storage.
     Feature("triton_clones", inductor=("triton_kernels.clones",)),
     # Float arguments of user Triton kernels are read at run time, not specialized.
     Feature("triton_float_args", inductor=("triton_kernels.float_args",)),
     # The analysis of what a user Triton kernel writes compiles its scalar arguments as arguments.
-    Feature(
-        "triton_analysis",
-        inductor=("triton_kernels.analysis",),
-        self_tests={"inductor": "triton_kernels.analysis:self_test"},
-    ),
+    Feature("triton_analysis", inductor=("triton_kernels.analysis",)),
     # What a user Triton kernel reads and writes is worked out once per kernel and signature.
     Feature("triton_analysis_cache", inductor=("triton_kernels.analysis_cache",)),
     # A float Dynamo specializes in one frame's compile is not specialized in the next frames.
     Feature("float_specializations", inductor=("dynamo.float_specializations",)),
     # Dynamo answers the strides of a static-shaped tensor with ints.
-    Feature(
-        "static_strides", inductor=("dynamo.static_strides",), self_tests={"inductor": "dynamo.static_strides:self_test"}
-    ),
+    Feature("static_strides", inductor=("dynamo.static_strides",)),
     # Dynamo finds triton.next_power_of_2 of a symbolic size by comparisons, not bit twiddling.
     Feature("power_of_2_sizes", inductor=("dynamo.power_of_2_sizes",)),
     # Liger FLCE's forward is one opaque op where its chunk loop would recompile per length.
-    Feature("liger_head", inductor=("dynamo.liger_head",), settings="dynamo.liger_head:settings"),
+    Feature("liger_head", inductor=("dynamo.liger_head",)),
 )
 
 #: The stages in the order they apply, each with the module whose import triggers it

@@ -6,8 +6,9 @@ A feature (``features.py``) is applied in up to three stages (``features.STAGES`
 (waiting for each with a post-import hook, so that nothing here imports Dynamo or
 Inductor: a process that never compiles does not pay for them).  In each stage every
 selected feature plans (its modules probe torch and declare their patches), applies
-its patches through the one :class:`~.patching.registry.Registry`, and runs its
-self-test.  A failure in any step rolls back that feature, all its
+its patches through the one :class:`~.patching.registry.Registry`, and runs the
+``self_test()`` of each of its modules of the stage that defines one (what a module
+may define: ``patching/protocol.py``).  A failure in any step rolls back that feature, all its
 stages, warns once, and leaves the other features as they are; a torch that lacks what
 a feature needs, a known limitation, leaves the feature unapplied without a warning.
 Shared machinery (the post-grad slot, the cache-key tag) follows the features that
@@ -27,6 +28,7 @@ from .version import __version__
 from . import features as F
 from .patching import import_hooks
 from .patching.declare import Decision, PlanError, Unavailable, patches_of, plan_modules
+from .patching.protocol import FeatureModule, hook, hooks, imported
 from .core import table_caches
 from .patching.registry import Patch, Registry
 from .report import WAITING, PatchStatus, Status
@@ -193,8 +195,8 @@ def _apply_stage(stage: str) -> None:
                 patches = patches_of(decisions)
                 _registry.apply(patches)
                 applied.patches += patches
-                if stage in feature.self_tests:
-                    _run(feature.self_tests[stage])
+                for self_test in hooks(getattr(feature, stage), FeatureModule.self_test):
+                    self_test()
             except Unavailable as reason:
                 _restore(applied)
                 applied.unavailable = str(reason)
@@ -232,41 +234,36 @@ def _applied_at(name: str, stage: str) -> bool:
     return stage in applied.stages or not getattr(F.BY_NAME[name], stage)
 
 
-def _run(target: str):
-    """Call ``"module:function"`` of this package (a self-test, a feature's idle_here)."""
-    import importlib
-
-    module, function = target.split(":")
-    return getattr(importlib.import_module(f"{__package__}.{module}"), function)()
-
-
-def _applied_reports(hook: str) -> dict[str, str]:
-    """Per applied feature with a ``hook`` ("module:function"), what it returns where
-    that is not None (a status never raises for it)."""
+def _applied_reports(member) -> dict[str, str]:
+    """Per applied feature, what the ``member`` hook (``FeatureModule.settings``) of
+    each of its modules that defines one says, where that is not None (joined by "; ";
+    a status never raises for it)."""
     out = {}
     for name, state in status().features.items():
-        target = getattr(F.BY_NAME[name], hook)
-        if state != "applied" or target is None:
+        if state != "applied":
             continue
-        try:
-            said = _run(target)
-        except Exception as error:
-            said = f"cannot tell ({type(error).__name__}: {error})"
-        if said:
-            out[name] = said
+        said = []
+        for module in F.BY_NAME[name].modules:
+            try:
+                function = hook(imported(module), member)
+                said.append(function() if function is not None else None)
+            except Exception as error:
+                said.append(f"cannot tell ({type(error).__name__}: {error})")
+        if any(said):
+            out[name] = "; ".join(s for s in said if s)
     return out
 
 
 def idle_here() -> dict[str, str]:
     """The applied features that cannot act in this process (a kernel for hardware not
     present), each with why."""
-    return _applied_reports("idle_here")
+    return _applied_reports(FeatureModule.idle_here)
 
 
 def settings() -> dict[str, str]:
     """The applied features that a setting changes from their default, each with what is
     set."""
-    return _applied_reports("settings")
+    return _applied_reports(FeatureModule.settings)
 
 
 def _restore(applied: _Applied) -> None:

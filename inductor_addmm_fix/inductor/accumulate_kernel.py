@@ -183,7 +183,7 @@ def lowering_over(op: torch._ops.OpOverload, what: str, stock: Any) -> Any:
     it: the installer rolls this feature back with it)."""
     from torch._inductor import lowering as L
 
-    from .lowerings import as_registered_lowering
+    from .lowering_table import as_registered_lowering
 
     own = as_registered_lowering(op, lower_addmm_dtype_ if what == "addmm.dtype" else lower_addmm_)
 
@@ -202,6 +202,16 @@ def lowering_over(op: torch._ops.OpOverload, what: str, stock: Any) -> Any:
     entry.stock = stock  # type: ignore[attr-defined]
     entry.splices = True  # type: ignore[attr-defined]  (calls through .stock: see slots.wrapper_over)
     return entry
+
+
+def idle_here() -> str | None:
+    """None where this process sees a GPU the kernel runs on, else what it lacks (the
+    status shows it beside "applied")."""
+    if torch.cuda.is_available() and any(
+        hopper_accumulate.on_hopper(torch.device("cuda", i)) for i in range(torch.cuda.device_count())
+    ):
+        return None
+    return "no Hopper GPU here (CUDA capability 9.0)"
 
 
 def plan() -> list[Decision]:
@@ -239,7 +249,7 @@ def _plan_pairs(lowerings: dict) -> Decision:
     lowered to ``accumulate_pair_``."""
     from torch._inductor.fx_passes import reinplace
 
-    from .lowerings import as_registered_lowering
+    from .lowering_table import as_registered_lowering
     from .passes import fx_support
 
     table = getattr(reinplace, "inplaceable_ops", None)

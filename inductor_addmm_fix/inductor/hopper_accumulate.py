@@ -89,13 +89,6 @@ def on_hopper(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.is_available() and _capability(device.index or 0) == CAPABILITY
 
 
-def idle_here() -> str | None:
-    """None where this process sees a GPU the kernel runs on, else what it lacks."""
-    if torch.cuda.is_available() and any(on_hopper(torch.device("cuda", i)) for i in range(torch.cuda.device_count())):
-        return None
-    return "no Hopper GPU here (CUDA capability 9.0)"
-
-
 def dtypes_supported(c_dtype: torch.dtype, a_dtype: torch.dtype, b_dtype: torch.dtype) -> bool:
     return a_dtype == b_dtype and a_dtype in OPERAND_DTYPES and c_dtype in (torch.float32, a_dtype)
 

@@ -34,6 +34,7 @@ from ..patching.declare import Decision, needed, not_needed, require
 from ..patching.probes import aten_op, is_packet_wide, takes_parameter
 from ..patching.registry import Patch
 from ..patching.slots import ABSENT, DictEntry
+from .lowering_table import as_registered_lowering
 
 aten = torch.ops.aten
 RETIRED_BY = "pytorch/pytorch#190936 (open): Inductor stops claiming the .dtype overloads"
@@ -170,13 +171,6 @@ def make_accumulate_lowering(name: str, product: str) -> Callable[..., Any]:
         f"fused pointwise epilogue; with out_dtype equal to the input dtype, {name}.default."
     )
     return accumulate_dtype
-
-
-def as_registered_lowering(op: torch._ops.OpOverload, fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Wrap ``fn`` the way ``register_lowering`` does, without touching ``lowerings``."""
-    scratch: dict = {}
-    L.register_lowering(op, type_promotion_kind=None, lowering_dict=scratch)(fn)
-    return scratch[op]
 
 
 def plan() -> list[Decision]:

@@ -196,7 +196,7 @@ def plan() -> list[Decision]:
     from torch._inductor import lowering as L
     from torch._inductor.fx_passes import reinplace
 
-    from .lowerings import as_registered_lowering
+    from .lowering_table import as_registered_lowering
 
     table = getattr(reinplace, "inplaceable_ops", None)
     lowerings = getattr(L, "lowerings", None)

@@ -1,7 +1,7 @@
 """How a patch module declares its patches, and how declarations are collected.
 
-Every patch module (``core/``, ``inductor/``) has a module-level ``plan()`` next to
-its code.  It probes the installed torch and returns one :class:`Decision` per thing
+Every patch module (``core/``, ``inductor/``, ...) has a module-level ``plan()`` next
+to its code (what else it may define: ``protocol.py``).  It probes the installed torch and returns one :class:`Decision` per thing
 it may patch: needed or not, why, the probe that decided, the upstream change that
 retires it, and the :class:`~.registry.Patch` objects to apply.  A probe that finds
 torch shaped unlike anything we know raises :class:`PlanError` (the feature fails and
@@ -12,9 +12,9 @@ warns once); a torch that lacks what a feature needs, a known limitation, raises
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from typing import Any, Callable, Iterable
 
+from .protocol import imported
 from .registry import Patch
 
 _PACKAGE = __name__.rsplit(".", 2)[0]  # "inductor_addmm_fix"
@@ -89,8 +89,7 @@ def plan_modules(modules: Iterable[str], *args: Any) -> list[Decision]:
     know fails here, inside the caller's guard."""
     decisions: list[Decision] = []
     for name in modules:
-        module = importlib.import_module(f"{_PACKAGE}.{name}")
-        decisions += module.plan(*args)
+        decisions += imported(name).plan(*args)
     return decisions
 
 

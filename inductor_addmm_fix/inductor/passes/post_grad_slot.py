@@ -12,7 +12,8 @@ The previous value stays reachable as ``.previous``, so that uninstalling puts t
 same object back.  The pass's ``uuid()`` (which the FX graph cache keys on) covers the
 passes that run, the source of every module of this folder (the passes and what they
 share), the settings a pass module reports (its
-``cache_settings()``, if it has one), and the previous passes' uuids.
+``cache_settings()`` hook, if it has one: ``patching/protocol.py``), and the previous
+passes' uuids.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import torch.fx as fx
 
 from ...patching.declare import Decision, needed
 from ...patching.probes import config_is_per_thread, hash_of_files
+from ...patching.protocol import FeatureModule, hook
 from ...patching.config_options import ConfigOption, WrapValue
 from ...patching.registry import Patch
 from ...patching.slots import DictEntry
@@ -124,7 +126,8 @@ def make_chained_pass(previous: Any) -> Any:
             # the passes' own files and those they read their graphs with (fx_support, ...)
             here = os.path.dirname(__file__)
             files = {*(os.path.join(here, f) for f in os.listdir(here) if f.endswith(".py")), *(m.__file__ for m in modules)}
-            settings = tuple(m.cache_settings() if hasattr(m, "cache_settings") else () for m in modules)
+            hooked = [hook(m, FeatureModule.cache_settings) for m in modules]
+            settings = tuple(cache_settings() if cache_settings is not None else () for cache_settings in hooked)
             return ("inductor_addmm_fix.post_grad", tuple(n for n, _ in ours), hash_of_files(tuple(sorted(files))),
                     settings, prev)
 
