@@ -25,7 +25,8 @@ to the longest; the model's forward and loss compiled, or the whole step
 head compiled with ``INDUCTOR_ADDMM_FIX_LIGER_HEAD`` unset, ``loop``, ``opaque``).  Per
 run: the compile seconds (each compiling step's time over the steady step), graphs,
 recompile-limit hits, the steady step (median of the last 10) against eager and ``ce``,
-the peak memory (CUDA).
+the median over the last 20 steps of each step against eager's step of the same batch
+(``matched``: every run draws the same lengths), the peak memory (CUDA).
 
     python benchmarks/compile_time.py --run --models small-h,llama3-8b-head      # GPU
     python benchmarks/compile_time.py --run --device cpu --models tiny,tiny-wide --run-lengths 16-128
@@ -282,14 +283,27 @@ def print_run(result: dict, eager: dict | None, ce: dict | None) -> None:
     ratio = lambda other: f"{result['steady_ms'] / other['steady_ms']:.3f}" if other and "steady_ms" in other else "-"  # noqa: E731
     compile_ratio = f"{result['compile_s'] / ce['compile_s']:.2f}" if ce and ce.get("compile_s") else "-"
     print(f"{label} {result['compile_s']:>9.1f} {compile_ratio:>7} {result['graphs']:>6} {len(result['limit_hits']):>5} "
-          f"{result['steady_ms']:>9.1f} {ratio(eager):>8} {ratio(ce):>8} {result['peak_mib']:>9.0f}", flush=True)  # fmt: skip
+          f"{result['steady_ms']:>9.1f} {ratio(eager):>8} {matched(result, eager):>8} {ratio(ce):>8} "
+          f"{result['peak_mib']:>9.0f}", flush=True)  # fmt: skip
+
+
+def matched(result: dict, other: dict | None, last: int = 20) -> str:
+    """The median, over the last ``last`` steps, of this run's step over ``other``'s step
+    of the same batch (both runs draw the same lengths): steadier than the ratio of two
+    medians when step times follow the lengths."""
+    if not other or "error" in other or "error" in result or result is other:
+        return "-"
+    pairs = list(zip(result["steps"], other["steps"]))[-last:]
+    if not pairs or any(a["tokens"] != b["tokens"] for a, b in pairs):
+        return "-"
+    return f"{statistics.median(a['wall_s'] / b['wall_s'] for a, b in pairs):.3f}"
 
 
 def run_mode(args) -> None:
     lengths = run_lengths(args.steps, args.batch, *map(int, args.run_lengths.split("-")))
     print(f"steps {args.steps}, batch {args.batch}, lengths uniform {args.run_lengths} (seeded), right padding", flush=True)
     print(f"{'model':<15} {'graph':<6} {'head':<13} {'compile s':>9} {'/ ce':>7} {'graphs':>6} {'limit':>5} "
-          f"{'step ms':>9} {'/ eager':>8} {'/ ce':>8} {'peak MiB':>9}", flush=True)  # fmt: skip
+          f"{'step ms':>9} {'/ eager':>8} {'matched':>8} {'/ ce':>8} {'peak MiB':>9}", flush=True)  # fmt: skip
     results = []
     for model in args.models.split(","):
         for graph in args.compile.split(","):

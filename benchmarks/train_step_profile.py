@@ -1,0 +1,102 @@
+"""Where a Liger-patched model's training step spends its time: eager, the model compiled
+with Liger's head (the package's op in a graph with a symbolic token count), and the
+model compiled with plain cross entropy, in one process, on the same batches.
+
+Each head: its model built as ``compile_time.py`` builds it, two warm-up steps at other
+lengths (so the compiled graph is the symbolic one that a run of changing lengths keeps),
+then ``--steps`` steps at ``--tokens`` tokens timed (median, CUDA synchronised), then
+two steps under ``torch.profiler``: the top kernels and CPU operators, and the GPU time
+against the wall time of a step (the gap is host time the GPU waited for).
+
+    python benchmarks/train_step_profile.py --model llama3-8b-head --tokens 1536
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+from compile_time import MODELS, build
+
+
+def batch(length: int, vocab: int, seed: int) -> dict:
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(vocab, (2, length), generator=g)
+    mask = torch.ones(2, length, dtype=torch.long)
+    mask[1, length // 3 :] = 0  # right padding, as the training run pads
+    labels = ids.masked_fill(mask == 0, -100)
+    return {"input_ids": ids.cuda(), "attention_mask": mask.cuda(), "labels": labels.cuda()}
+
+
+def one_head(model_name: str, head: str, tokens: int, steps: int, top: int) -> dict:
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    model = build(model_name, "ce" if head == "ce" else "liger", "cuda")
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+
+    def loss_of(b):
+        return model(**b).loss
+
+    forward = loss_of if head == "eager" else torch.compile(loss_of)
+
+    def step(b):
+        optimizer.zero_grad(set_to_none=True)
+        loss = forward(b)
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+
+    vocab = MODELS[model_name]["vocab_size"]
+    for i, length in enumerate((tokens * 3 // 4, tokens * 5 // 4)):
+        step(batch(length, vocab, seed=100 + i))
+    walls = []
+    b = batch(tokens, vocab, seed=1)
+    for _ in range(steps):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        step(b)
+        torch.cuda.synchronize()
+        walls.append((time.perf_counter() - start) * 1000)
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(2):
+            step(b)
+        torch.cuda.synchronize()
+    events = prof.key_averages()
+    attr = "device_time_total" if hasattr(events[0], "device_time_total") else "cuda_time_total"
+    gpu_ms = sum(getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0)) for e in events) / 1000 / 2
+    print(f"\n## {model_name} {head}: step {statistics.median(walls):.1f} ms (median of {steps}), GPU busy {gpu_ms:.1f} ms "
+          f"per step, graphs {counters['stats']['unique_graphs']}, package counters {dict(counters['inductor_addmm_fix'])}")
+    print(events.table(sort_by="self_" + attr, row_limit=top))
+    print(events.table(sort_by="self_cpu_time_total", row_limit=top // 2))
+    del model, optimizer
+    torch.cuda.empty_cache()
+    return {"head": head, "step_ms": statistics.median(walls), "gpu_ms": gpu_ms}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="llama3-8b-head", choices=list(MODELS))
+    p.add_argument("--tokens", type=int, default=1536, help="sequence length of the timed batch (batch 2)")
+    p.add_argument("--heads", default="eager,liger,ce")
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--top", type=int, default=20)
+    args = p.parse_args()
+    import inductor_addmm_fix  # noqa: F401
+
+    rows = [one_head(args.model, head, args.tokens, args.steps, args.top) for head in args.heads.split(",")]
+    eager = next((r for r in rows if r["head"] == "eager"), None)
+    print(f"\n{'head':<8} {'step ms':>8} {'GPU ms':>8} {'/ eager':>8}  ({torch.cuda.get_device_name()}, torch {torch.__version__})")
+    for r in rows:
+        ratio = f"{r['step_ms'] / eager['step_ms']:.3f}" if eager else "-"
+        print(f"{r['head']:<8} {r['step_ms']:>8.1f} {r['gpu_ms']:>8.1f} {ratio:>8}")
+
+
+if __name__ == "__main__":
+    main()
