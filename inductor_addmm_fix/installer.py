@@ -22,7 +22,6 @@ from __future__ import annotations
 import logging
 import sys
 import threading
-import warnings
 
 from .version import __version__
 from . import features as F
@@ -31,6 +30,7 @@ from .patching.declare import Decision, PlanError, Unavailable, patches_of, plan
 from .patching.protocol import FeatureModule, hook, hooks, imported
 from .core import table_caches
 from .patching.registry import Patch, Registry
+from .patching.warn import warn_once
 from .report import WAITING, PatchStatus, Status
 
 CORE, TRACING, INDUCTOR = F.STAGES
@@ -69,20 +69,6 @@ _registry = Registry(after_change=(table_caches.drop,))  # torch's copies of the
 _state: dict = {"wanted": False, "activation": None, "selected": frozenset(), "selected_by": None}
 _features: dict[str, _Applied] = {}
 _machinery: dict[str, _Applied] = {}
-_warned: set[str] = set()
-
-
-def warn_once(key: str, message: str) -> None:
-    """A RuntimeWarning, once per process and key; also logged."""
-    log.warning("%s", message)
-    if key not in _warned:
-        _warned.add(key)
-        try:
-            warnings.warn(message, RuntimeWarning, stacklevel=3)
-        except Exception:  # -W error made it an exception: install() never raises; one line instead
-            print(f"{message} [RuntimeWarning, not raised]", file=sys.stderr)
-
-
 def is_wanted() -> bool:
     """Whether install() was called (by a route or the user) and uninstall() was not."""
     return _state["wanted"]

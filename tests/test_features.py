@@ -13,7 +13,8 @@ import torch._inductor.compile_fx  # noqa: F401  (so that install() applies both
 
 import inductor_addmm_fix as fix
 from helpers import differences, of_feature, settled, settled_states, tables_snapshot
-from inductor_addmm_fix import features, installer
+from inductor_addmm_fix.patching import warn
+from inductor_addmm_fix import features
 from inductor_addmm_fix.activation import selection, startup
 from inductor_addmm_fix.inductor import accumulate_kernel, lowerings, reinplace, views
 from inductor_addmm_fix.dynamo import float_specializations, liger_head, power_of_2_sizes, static_strides
@@ -32,7 +33,7 @@ def stock(monkeypatch):
     emptied for the test."""
     fix.uninstall()
     snapshot = tables_snapshot()
-    monkeypatch.setattr(installer, "_warned", set())
+    monkeypatch.setattr(warn, "_warned", set())
     yield snapshot
     monkeypatch.undo()
     fix.uninstall()

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch._dynamo.utils import counters
 
 from helpers import liger_mimic, many_recompiles
+from inductor_addmm_fix.patching import warn
 from inductor_addmm_fix import installer
 from inductor_addmm_fix import settings
 from inductor_addmm_fix.dynamo import liger_head, liger_head_op
@@ -300,7 +301,7 @@ def test_every_option_gives_eager_s_outputs_and_gradients(head_mode, options):
 def test_a_liger_forward_the_package_does_not_recognise_is_traced_with_one_warning(tmp_path, head_mode, monkeypatch):
     head_mode("opaque")
     monkeypatch.setattr(liger_head, "_warned", set())
-    monkeypatch.setattr(installer, "_warned", set())
+    monkeypatch.setattr(warn, "_warned", set())
     source = (tmp_path / "liger_flce_mimic.py")
     import os
 

@@ -18,6 +18,7 @@ import torch._inductor.lowering as L
 
 import inductor_addmm_fix as fix
 from helpers import differences, live_tables, of_feature, settled, tables_snapshot
+from inductor_addmm_fix.patching import warn
 from inductor_addmm_fix import features, installer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -28,7 +29,7 @@ def stock(monkeypatch):
     """Torch as it is without the package: (the table objects, their snapshot).  The
     package's memory of warnings already given is emptied for the test."""
     fix.uninstall()
-    monkeypatch.setattr(installer, "_warned", set())
+    monkeypatch.setattr(warn, "_warned", set())
     tables = live_tables()
     return tables, tables_snapshot(tables)
 

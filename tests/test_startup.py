@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import inductor_addmm_fix as fix
+from inductor_addmm_fix.patching import warn
 from inductor_addmm_fix.activation import env, selection, startup
 from inductor_addmm_fix.cli import check
 from inductor_addmm_fix.patching import import_hooks
@@ -36,10 +37,8 @@ def test_env_values(value, enabled):
 
 
 def test_unknown_env_value_warns_once_and_keeps_every_feature(monkeypatch):
-    from inductor_addmm_fix import installer
-
     fix.uninstall()
-    monkeypatch.setattr(installer, "_warned", set())
+    monkeypatch.setattr(warn, "_warned", set())
     monkeypatch.setattr(selection, "_warned", set())
     monkeypatch.setenv(env.VARIABLE, "maybe")
     with warnings.catch_warnings(record=True) as caught:
@@ -141,7 +140,7 @@ def test_warnings_turned_into_errors_never_escape_the_activation(monkeypatch, ca
     monkeypatch.delenv(env.VARIABLE, raising=False)
     monkeypatch.setattr(startup, "_install", boom)
     monkeypatch.setattr(startup, "_warned", False)
-    monkeypatch.setattr(installer, "_warned", set())
+    monkeypatch.setattr(warn, "_warned", set())
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         startup.activate(startup.ENTRY_POINT)

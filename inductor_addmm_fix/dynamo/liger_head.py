@@ -57,8 +57,10 @@ from ..patching.counters import count
 from ..patching.declare import Decision, needed, require
 from ..patching.registry import Patch
 from ..patching.slots import Attribute
+from ..patching.warn import warn_once
 from . import liger_head_op
-from .liger_head_op import COUNTED, FUNCTION, MODULE, OUTPUTS, TENSORS, VARIABLE, liger_flce_forward, opaque_forward
+from .liger_head_op import COUNTED, FUNCTION, MODULE, TENSORS, liger_flce_forward, opaque_forward
+from .liger_head_op import VARIABLE  # noqa: F401  (the setting's name, for messages and tests)
 from .liger_head_op import signature as _signature
 
 NAME = "dynamo.liger_flce_forward_opaque"
@@ -95,8 +97,6 @@ def _warn_once(key: str, message: str) -> None:
     if key in _warned:
         return
     _warned.add(key)
-    from ..installer import warn_once
-
     warn_once(f"liger_head:{key}", message)
 
 
