@@ -70,7 +70,7 @@ for what in "$@"; do
     compiletime) install_liger 0.8.5
       step compiletime ${COMPILE_TIMEOUT:-420} python3 benchmarks/compile_time.py --json "$OUT/compiletime.json" ${COMPILE_ARGS:-} ;;
     ligerhead) install_liger 0.8.5
-      step ligerhead ${LIGERHEAD_TIMEOUT:-240} python3 -m pytest -q -p no:cacheprovider tests/gpu/test_liger_head_cuda.py --tb=short ;;
+      step ligerhead ${LIGERHEAD_TIMEOUT:-420} python3 -m pytest -q -p no:cacheprovider tests/gpu/test_liger_head_cuda.py --tb=short ;;
     trainingrun) install_liger 0.8.5
       step trainingrun ${RUN_TIMEOUT:-560} python3 benchmarks/compile_time.py --run --json "$OUT/trainingrun.json" \
         ${RUN_ARGS:---models small-h,llama3-8b-head --compile model --timeout 240} ;;
