@@ -2,7 +2,7 @@
 # Runs the GPU checks on the device machine (H200, torch 2.11) in one call and
 # writes logs and a summary under $OUT.  Usage (from the repo root):
 #   bash tests/gpu/run_on_device.sh [family] [errors] [repro] [liger085] [jsdkl085] [weights085] [modes085] [liger081]
-#                                   [accumulate] [parity] [loop] [ligersuite] [name='shell command'...]
+#                                   [accumulate] [parity] [loop] [ligersuite[-jsd|-kl]] [losses] [name='shell command'...]
 # The device allows 600 s a call: pick steps that fit.  Steps of one call may run side by
 # side with OUT=<a folder of their own> each (the summary is per OUT).
 #   accumulate  tests/gpu/test_accumulate_kernel_cuda.py: the Hopper accumulate kernel against cuBLAS and
@@ -26,7 +26,10 @@
 #               model compiled, heads eager, ce, liger, liger-opaque); table in $OUT/trainingrun.log
 #   ligersuite  Liger 0.8.5's own FLCE test file (from .whl/liger_kernel-0.8.5.tar.gz) with
 #               one compiled FLCE Function per worker (tests/gpu/liger_compiled_plugin.py);
-#               LIGER_WORKERS (default 4) workers, LIGER_TIMEOUT (default 560) seconds
+#               LIGER_WORKERS (default 4) workers, LIGER_TIMEOUT (default 560) seconds;
+#               ligersuite-jsd, ligersuite-kl: the same for its fused linear JSD and KL-div files
+#   losses      benchmarks/liger_losses.py (LOSSES_ARGS, default --quick --time-limit 500): Liger's
+#               FLCE options, JSD, KL-div compiled vs eager; JSON in $OUT/losses.json
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-cache
@@ -74,9 +77,12 @@ for what in "$@"; do
     trainingrun) install_liger 0.8.5
       step trainingrun ${RUN_TIMEOUT:-560} python3 benchmarks/compile_time.py --run --json "$OUT/trainingrun.json" \
         ${RUN_ARGS:---models small-h,llama3-8b-head --compile model --timeout 240} ;;
-    ligersuite) install_liger 0.8.5
-      rm -rf /tmp/liger-src && mkdir -p /tmp/liger-src && tar xzf .whl/liger_kernel-0.8.5.tar.gz -C /tmp/liger-src --strip-components=1
-      (cd /tmp/liger-src && PYTHONPATH="$OLDPWD:$OLDPWD/tests/gpu:/tmp/site-0.8.5:/tmp/liger-src" step ligersuite ${LIGER_TIMEOUT:-560} python3 -m pytest -q -p no:cacheprovider -n ${LIGER_WORKERS:-4} -p liger_compiled_plugin -rfE --timeout 200 test/transformers/test_fused_linear_cross_entropy.py --tb=short) ;;
+    ligersuite|ligersuite-jsd|ligersuite-kl) install_liger 0.8.5
+      [ -d /tmp/liger-src/test ] || { mkdir -p /tmp/liger-src && tar xzf .whl/liger_kernel-0.8.5.tar.gz -C /tmp/liger-src --strip-components=1; }
+      case "$what" in ligersuite) fn=flce; file=cross_entropy ;; ligersuite-jsd) fn=jsd; file=jsd ;; *) fn=kl_div; file=kl_div ;; esac
+      (cd /tmp/liger-src && LIGER_COMPILED=$fn PYTHONPATH="$OLDPWD:$OLDPWD/tests/gpu:/tmp/site-0.8.5:/tmp/liger-src" step $what ${LIGER_TIMEOUT:-560} python3 -m pytest -q -p no:cacheprovider -n ${LIGER_WORKERS:-4} -p liger_compiled_plugin -rfE --timeout 200 test/transformers/test_fused_linear_$file.py --tb=short) ;;
+    losses) install_liger 0.8.5
+      PYTHONPATH="$PYTHONPATH:$PWD/benchmarks" step losses ${LOSSES_TIMEOUT:-560} python3 benchmarks/liger_losses.py ${LOSSES_ARGS:---quick --time-limit 500} --json "$OUT/losses.json" ;;
     accumulate) step accumulate 300 python3 -m pytest -q -p no:cacheprovider -rA tests/gpu/test_accumulate_kernel_cuda.py --tb=short ;;
     parity)  # torch's OpInfo database imports expecttest: carry its wheel in .whl/
       [ -d /tmp/site-expecttest ] || python3 -m pip install -q --no-index --no-deps --target /tmp/site-expecttest .whl/expecttest-*.whl
