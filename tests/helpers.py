@@ -288,7 +288,7 @@ def _wrappers_of(feature: str, value) -> tuple:
     ``triton_analysis_cache`` on torch 2.8-2.11): each is seen apart from the other."""
     from inductor_addmm_fix.features import BY_NAME
 
-    modules = {f"inductor_addmm_fix.{m}" for m in BY_NAME[feature].core + BY_NAME[feature].tracing + BY_NAME[feature].inductor}
+    modules = {f"inductor_addmm_fix.{m}" for m in BY_NAME[feature].modules}
     own = []
     while hasattr(value, "stock") and getattr(value, "__module__", "").startswith("inductor_addmm_fix."):
         if value.__module__ in modules:
