@@ -1,9 +1,10 @@
-"""Liger-Kernel's FLCE forward and autograd.Function in pure torch, for the CPU.
+"""Liger-Kernel's FLCE forward, backward and autograd.Function in pure torch, for the CPU.
 
 The same signature, chunk loop (``chunk_size = next_power_of_2(cdiv(BT, cdiv(V, H)))``),
 ``.item()`` of the non-ignored count, in-place gradient of each logits chunk, slice writes
 and weight-gradient accumulation as Liger 0.8.5's
-``liger_kernel.ops.fused_linear_cross_entropy``; Liger's Triton cross-entropy kernel is
+``liger_kernel.ops.fused_linear_cross_entropy``, and its backward (the saved gradients
+scaled in place where ``grad_output`` is not 1.0, a data-dependent test); Liger's Triton cross-entropy kernel is
 replaced by torch ops that write what it writes (the loss rows, and the gradient into the
 logits).  Options it does not model (``softcap``, ``ce_weight``, ``use_token_scaling``)
 raise.
@@ -137,6 +138,16 @@ def fused_linear_cross_entropy_forward(
     return loss, z_loss, token_accuracy, predicted_tokens, grad_input, grad_weight, grad_bias
 
 
+def fused_linear_cross_entropy_backward(grad_output, grad_input, grad_weight, grad_bias):
+    # If cross entropy is the last layer, grad_output is 1.0. Skip the mul to save time
+    if not torch.equal(grad_output, torch.tensor(1.0, device=grad_output.device)):
+        # Liger: element_mul_kernel, in place: the product in float32 (or wider) stored in the tensor's dtype
+        for grad in (grad_input, grad_weight, grad_bias):
+            if grad is not None:
+                grad.copy_((grad.to(torch.promote_types(grad.dtype, torch.float32)) * grad_output).to(grad.dtype))
+    return grad_input, grad_weight, grad_bias
+
+
 class LigerFusedLinearCrossEntropyFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, _input, weight, target, bias=None, ce_weight=None, ignore_index=-100, lse_square_scale=0.0,
@@ -161,9 +172,7 @@ class LigerFusedLinearCrossEntropyFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_output, *unused):
         grad_input, grad_weight, grad_bias = ctx.saved_tensors
-        grad_input = grad_input * grad_output
-        grad_weight = grad_weight * grad_output if grad_weight is not None else None
-        grad_bias = grad_bias * grad_output if grad_bias is not None else None
+        grad_input, grad_weight, grad_bias = fused_linear_cross_entropy_backward(grad_output, grad_input, grad_weight, grad_bias)
         return (grad_input, grad_weight, None, grad_bias) + (None,) * 11
 
 

@@ -252,6 +252,71 @@ def test_int_options_made_symbolic_by_dynamic_true_are_specialised_and_take_the_
     assert events("loop") == 0
 
 
+def graph_breaks() -> int:
+    return sum(counters["graph_break"].values())
+
+
+def scaled_head(liger, scale=3):
+    """A model's end: an op before Liger's head, and a loss scaled after it (Liger's
+    backward scales its saved gradients where ``grad_output``, here ``scale``, is not 1)."""
+
+    def loss(x, w, t):
+        return liger.flce(torch.tanh(x), w, t)[0] * scale
+
+    return loss
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_liger_s_function_joins_the_model_s_graph_with_eager_s_gradients(dtype):
+    """Liger's backward tests ``grad_output == 1`` on data, which breaks the graph at its
+    Function; traced as the package's branch-free product, the model is one graph, and the
+    weight gradient is eager's bit for bit."""
+    with liger_mimic() as liger:
+        loss = scaled_head(liger)
+        compiled = torch.compile(loss)
+        x, w, t, _ = inputs(40, dtype=dtype)
+        ex, ew = clones(x, w)
+        compiled(x, w, t).backward()
+        loss(ex, ew, t).backward()
+    assert graph_breaks() == 0
+    assert graphs() == 1
+    assert torch.equal(w.grad, ew.grad)
+    torch.testing.assert_close(x.grad, ex.grad)  # through tanh's backward, fused by Inductor
+
+
+def test_a_gradient_of_one_leaves_liger_s_saved_gradients_as_they_are():
+    with liger_mimic() as liger:
+        loss = scaled_head(liger, scale=1)
+        x, w, t, _ = inputs(40, dtype=torch.bfloat16)
+        ex, ew = clones(x, w)
+        torch.compile(loss)(x, w, t).backward()
+        loss(ex, ew, t).backward()
+    assert graph_breaks() == 0
+    assert torch.equal(w.grad, ew.grad)
+
+
+def test_the_backward_writes_its_products_into_the_saved_gradients():
+    """No second weight-sized gradient: Inductor reuses the saved gradients' buffers."""
+    from torch._inductor.utils import run_and_get_code
+
+    with liger_mimic() as liger:
+        loss = torch.compile(scaled_head(liger))
+        x, w, t, _ = inputs(40)
+        _, code = run_and_get_code(lambda: loss(x, w, t).backward())
+    backward = code[-1]
+    assert f"({V}, {H})" in backward  # the weight gradient's size is in the backward graph
+    assert not any(f"empty_strided_cpu(({V}, {H})" in line for line in backward.splitlines()), backward
+
+
+def test_the_loop_setting_leaves_liger_s_backward_as_dynamo_traces_it(head_mode):
+    head_mode("loop")
+    with liger_mimic() as liger:
+        step = torch.compile(scaled_head(liger))
+        step(*inputs(40)[:3]).backward()
+    assert graph_breaks() > 0
+    assert events("backward") == 0
+
+
 OPTIONS = {
     "mean": {},
     "sum": dict(reduction="sum"),

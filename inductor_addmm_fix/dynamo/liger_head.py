@@ -16,6 +16,13 @@ eager's memory and results (the same code on the same inputs).  Liger is not cha
 on disk or in memory, and eager code never sees this: only Dynamo's inlining is
 redirected.
 
+Liger's backward (``fused_linear_cross_entropy_backward``) branches on
+``torch.equal(grad_output, 1.0)``, a data-dependent test at which Dynamo breaks the graph
+around Liger's autograd Function, so that its forward becomes a frame of its own.  Where
+Dynamo would inline that backward (``auto`` and ``opaque``), it traces
+:func:`liger_head_op.scaled_gradients` instead: the same products without the branch, bit
+for bit, in the saved gradients' buffers, and the Function joins the model's graph.
+
 Which calls, ``INDUCTOR_ADDMM_FIX_LIGER_HEAD``:
 
 * ``auto`` (default): the op first everywhere; Liger's loop compiled later where the
@@ -30,7 +37,7 @@ Which calls, ``INDUCTOR_ADDMM_FIX_LIGER_HEAD``:
   where the loop is longer (small hidden sizes with large vocabularies: 64-148 chunks,
   whose unrolled compile costs more than a plain cross entropy's whole model), the op
   stays;
-* ``loop``: always the loop (compiled as Dynamo traces it);
+* ``loop``: always the loop, and Liger's backward, as Dynamo traces them;
 * ``opaque``: always the opaque op (the shortest compile, eager's speed for the head).
 
 Only a Liger forward this module recognises is redirected: the function of that name
@@ -59,7 +66,8 @@ from ..patching.registry import Patch
 from ..patching.slots import Attribute
 from ..patching.warn import warn_once
 from . import liger_head_op
-from .liger_head_op import COUNTED, FUNCTION, MODULE, TENSORS, liger_flce_forward, opaque_forward
+from .liger_head_op import BACKWARD, BACKWARD_PARAMETERS, BACKWARD_SOURCE, COUNTED, FUNCTION, MODULE, TENSORS
+from .liger_head_op import liger_flce_forward, opaque_forward
 from .liger_head_op import VARIABLE  # noqa: F401  (the setting's name, for messages and tests)
 from .liger_head_op import signature as _signature
 
@@ -103,6 +111,21 @@ def _warn_once(key: str, message: str) -> None:
 # ---------------------------------------------------------------- recognising Liger's forward
 def is_liger_forward(fn: Any) -> bool:
     return getattr(fn, "__name__", None) == FUNCTION and getattr(fn, "__module__", None) == MODULE
+
+
+def is_liger_backward(fn: Any) -> bool:
+    return getattr(fn, "__name__", None) == BACKWARD and getattr(fn, "__module__", None) == MODULE
+
+
+@functools.lru_cache(maxsize=8)
+def backward_recognised(fn: Callable) -> bool:
+    """Whether ``fn`` is the Liger backward :func:`liger_head_op.scaled_gradients` stands for."""
+    try:
+        names = list(_signature(fn).parameters)
+        source = " ".join(inspect.getsource(fn).split())
+    except (TypeError, ValueError, OSError):
+        return False
+    return names == BACKWARD_PARAMETERS and all(line in source for line in BACKWARD_SOURCE)
 
 
 @functools.lru_cache(maxsize=8)
@@ -237,6 +260,11 @@ def redirect(stock: Callable[..., Any]) -> Callable[..., Any]:
 
     def call_function(self, tx, args, kwargs):
         fn = getattr(self, "fn", None)
+        if is_liger_backward(fn) and mode() != "loop":
+            if backward_recognised(fn):
+                count(COUNTED, "backward")
+                return call_function.stock(UserFunctionVariable(liger_head_op.scaled_gradients), tx, args, kwargs)
+            count(COUNTED, "backward:unrecognised")
         if is_liger_forward(fn):
             chosen = mode()
             why_not = recognised(fn)

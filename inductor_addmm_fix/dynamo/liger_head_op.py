@@ -29,6 +29,12 @@ from ..settings import LIGER_HEAD
 
 MODULE = "liger_kernel.ops.fused_linear_cross_entropy"
 FUNCTION = "fused_linear_cross_entropy_forward"
+BACKWARD = "fused_linear_cross_entropy_backward"
+#: Liger's backward as this module knows it (0.8.1 through 0.8.5 and the nightly): its
+#: parameters, and the lines that skip the scaling at 1.0 and return the three gradients
+BACKWARD_PARAMETERS = ["grad_output", "grad_input", "grad_weight", "grad_bias"]
+BACKWARD_SOURCE = ("if not torch.equal(grad_output, torch.tensor(1.0, device=grad_output.device)):",
+                   "return grad_input, grad_weight, grad_bias")  # fmt: skip
 OP = "inductor_addmm_fix::liger_flce_forward"
 COUNTED = "liger_head"  # counters["inductor_addmm_fix"]["liger_head:<event>"]
 VARIABLE = LIGER_HEAD.variable
@@ -197,3 +203,23 @@ def opaque_forward(_input, weight, target, ce_weight, bias, token_grad_output, o
         out[5] if present[5] else None,
         out[6] if present[6] else None,
     )
+
+
+# ---------------------------------------------------------------- the backward
+def scaled_gradients(grad_output, grad_input, grad_weight, grad_bias):
+    """What Dynamo traces in place of Liger's ``fused_linear_cross_entropy_backward``:
+    each saved gradient times ``grad_output``, the product in float32 (or the gradient's
+    wider dtype) stored in the gradient's dtype, as Liger's ``element_mul_kernel`` writes it (and, at 1.0, the
+    gradient unchanged, bit for bit, as Liger's skip leaves it).  Liger branches on
+    ``torch.equal(grad_output, 1.0)``, a data-dependent test that breaks the graph at its
+    autograd Function; this has no branch, and Inductor writes the products into the
+    saved gradients' buffers (AOTAutograd donates them to the backward)."""
+
+    import torch
+
+    def scaled(grad):
+        if grad is None:
+            return None
+        return (grad.to(torch.promote_types(grad.dtype, torch.float32)) * grad_output).to(grad.dtype)
+
+    return scaled(grad_input), scaled(grad_weight), scaled(grad_bias)

@@ -121,3 +121,20 @@ def test_a_fixed_length_compiles_the_loop_after_promote_after_steps():
     assert counters[COUNTER]["liger_head:run"] == liger_head_op.PROMOTE_AFTER
     assert counters[COUNTER]["liger_head:promoted"] == 1
     assert liger_head.mode() == "auto"
+
+
+@pytest.mark.parametrize("scale", [1.0, 3.0])
+def test_liger_s_function_joins_the_graph_with_eager_s_weight_gradient(scale):
+    """Liger's backward branches on ``grad_output == 1``; traced as the package's product,
+    the Function breaks no graph, and the weight gradient is eager's bit for bit."""
+
+    def loss(x, w, t):
+        return functional.liger_fused_linear_cross_entropy(torch.tanh(x), w, t, accum_dtype=torch.float32) * scale
+
+    tensors = make(1024, seed=40)[:3]
+    eager_tensors = clone(tensors)
+    torch.compile(loss)(*tensors).backward()
+    loss(*eager_tensors).backward()
+    assert sum(counters["graph_break"].values()) == 0, dict(counters["graph_break"])
+    assert torch.equal(tensors[1].grad, eager_tensors[1].grad)
+    torch.testing.assert_close(tensors[0].grad, eager_tensors[0].grad)
