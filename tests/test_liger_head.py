@@ -308,6 +308,21 @@ def test_the_backward_writes_its_products_into_the_saved_gradients():
     assert not any(f"empty_strided_cpu(({V}, {H})" in line for line in backward.splitlines()), backward
 
 
+def test_liger_s_backward_compiled_as_a_frame_of_its_own_scales_in_place():
+    """Autograd calling Liger's backward inside a compiled region: Dynamo compiles that
+    frame alone, its saved gradients are no graph's to donate, and Liger's in-place
+    scaling stays (no second weight-sized gradient)."""
+    from types import SimpleNamespace
+
+    with liger_mimic() as liger:
+        saved = [torch.randn(40, H), torch.randn(V, H), None]
+        want = [g * 3 if g is not None else None for g in saved]
+        ctx = SimpleNamespace(saved_tensors=tuple(saved))
+        got = torch.compile(liger.LigerFusedLinearCrossEntropyFunction.backward)(ctx, torch.tensor(3.0))
+    assert torch.equal(saved[1], want[1]) and torch.equal(got[1], want[1])  # scaled in place
+    assert events("backward") == 0
+
+
 def test_the_loop_setting_leaves_liger_s_backward_as_dynamo_traces_it(head_mode):
     head_mode("loop")
     with liger_mimic() as liger:

@@ -117,6 +117,15 @@ def is_liger_backward(fn: Any) -> bool:
     return getattr(fn, "__name__", None) == BACKWARD and getattr(fn, "__module__", None) == MODULE
 
 
+def _a_frame_of_its_own(tx, fn: Callable) -> bool:
+    """Whether Dynamo traces Liger's Function's backward as a frame of its own (called
+    by autograd inside a compiled region), not inside the Function with the model: there
+    the saved gradients are the frame's inputs, which no graph donates, so the products
+    would take new buffers where Liger scales them in place."""
+    code = getattr(getattr(getattr(tx, "output", None), "root_tx", None), "f_code", None)
+    return code is not None and code.co_name == "backward" and code.co_filename == fn.__code__.co_filename
+
+
 @functools.lru_cache(maxsize=8)
 def backward_recognised(fn: Callable) -> bool:
     """Whether ``fn`` is the Liger backward :func:`liger_head_op.scaled_gradients` stands for."""
@@ -260,7 +269,7 @@ def redirect(stock: Callable[..., Any]) -> Callable[..., Any]:
 
     def call_function(self, tx, args, kwargs):
         fn = getattr(self, "fn", None)
-        if is_liger_backward(fn) and mode() != "loop":
+        if is_liger_backward(fn) and mode() != "loop" and not _a_frame_of_its_own(tx, fn):
             if backward_recognised(fn):
                 count(COUNTED, "backward")
                 return call_function.stock(UserFunctionVariable(liger_head_op.scaled_gradients), tx, args, kwargs)
