@@ -166,12 +166,24 @@ def test_static_graphs_of_several_lengths_never_compile_the_loop():
     assert events("promoted") == 0
 
 
-def test_nothing_is_promoted_where_a_recompile_would_raise():
-    with liger_mimic() as liger, torch._dynamo.config.patch(error_on_recompile=True):
-        step = torch.compile(training_step(liger))
-        for _ in range(liger_head_op.PROMOTE_AFTER + 2):
-            step(*inputs(40))
+def _no_recompiles():
+    return torch._dynamo.config.patch(error_on_recompile=True)
+
+
+def _fail_on_recompile_stance():
+    return torch.compiler.set_stance("fail_on_recompile")
+
+
+@pytest.mark.parametrize("forbidding", [_no_recompiles, _fail_on_recompile_stance], ids=["error_on_recompile", "stance"])
+def test_nothing_is_promoted_where_a_recompile_would_raise(forbidding):
+    with liger_mimic() as liger:
+        step = torch.compile(scaled_head(liger))
+        step(*inputs(40)[:3])  # compiled before the recompiles are forbidden
+        with forbidding():
+            for _ in range(liger_head_op.PROMOTE_AFTER + 1):
+                step(*inputs(40)[:3])
     assert events("promoted") == 0
+    assert events("run") == liger_head_op.PROMOTE_AFTER + 2
     assert events("run") == liger_head_op.PROMOTE_AFTER + 2
 
 
