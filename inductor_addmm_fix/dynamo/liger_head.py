@@ -263,7 +263,9 @@ def liger_chunks(input_shape, weight_shape, chunk_mem_const: int = 1) -> int | N
 
 def redirect(stock: Callable[..., Any]) -> Callable[..., Any]:
     """``UserFunctionVariable.call_function`` that traces :func:`opaque_forward` where
-    ``self.fn`` is Liger's forward and the call qualifies (see the module docstring)."""
+    ``self.fn`` is Liger's forward and the call qualifies, and
+    :func:`liger_head_op.scaled_gradients` where it is Liger's backward inlined with its
+    Function (see the module docstring)."""
     from torch._dynamo.variables import ConstantVariable
     from torch._dynamo.variables.functions import UserFunctionVariable
 
@@ -311,6 +313,6 @@ def plan() -> list[Decision]:
     slot = Attribute(UserFunctionVariable, "call_function", "torch._dynamo.variables.functions.UserFunctionVariable")
     reason = (
         "Dynamo unrolls Liger FLCE's chunk loop and guards on its count: with changing lengths every new count "
-        "compiles the loop again"
+        "compiles the loop again; its backward branches on data, which breaks the graph at its Function"
     )
     return [needed(NAME, reason, [Patch(NAME, slot, redirect)], probe="dynamo.liger_head.plan", obsolete_when=RETIRED_BY)]
