@@ -120,16 +120,25 @@ def build(model_name: str, head: str, device: str):
 
 def liger_chunks(model_name: str, tokens: int) -> int:
     """How many chunks Liger's FLCE loop runs for ``tokens`` rows (Liger 0.8.5)."""
-    from flce_shapes import liger_chunk
+    from inductor_addmm_fix.dynamo.liger_head import liger_chunks as chunks
 
     h, v = MODELS[model_name]["hidden_size"], MODELS[model_name]["vocab_size"]
-    return -(-tokens // liger_chunk(h, v, tokens))
+    return chunks((tokens, h), (v, h))
 
 
 def timers() -> dict[str, float]:
     from torch._dynamo.utils import compilation_time_metrics
 
     return {name: sum(times) for name, times in compilation_time_metrics.items()}
+
+
+def train_step(optimizer, loss_of, batch):
+    """One training step: the loss of ``batch``, its backward, the optimizer's update."""
+    optimizer.zero_grad(set_to_none=True)
+    loss = loss_of(batch)
+    loss.backward()
+    optimizer.step()
+    return loss.detach()
 
 
 def run_one(spec: dict) -> dict:
@@ -143,11 +152,7 @@ def run_one(spec: dict) -> dict:
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
     def step(batch):
-        optimizer.zero_grad(set_to_none=True)
-        loss = model(**batch).loss
-        loss.backward()
-        optimizer.step()
-        return loss.detach()
+        return train_step(optimizer, lambda b: model(**b).loss, batch)
 
     compiled = torch.compile(step)
     generator = torch.Generator().manual_seed(0)
@@ -182,6 +187,20 @@ def run_lengths(steps: int, batch: int, low: int, high: int, seed: int = 0) -> l
 
     draw = random.Random(seed)
     return [[draw.randint(low, high) for _ in range(batch)] for _ in range(steps)]
+
+
+def padded_batch(lengths, vocab: int, generator, device) -> dict:
+    """A batch of sequences of these lengths with random tokens, right-padded to the
+    longest: the padding masked and labelled -100."""
+    import torch
+
+    longest = max(lengths)
+    ids = torch.randint(vocab, (len(lengths), longest), generator=generator)
+    mask = torch.zeros(len(lengths), longest, dtype=torch.long)
+    for i, n in enumerate(lengths):
+        mask[i, :n] = 1
+    labels = ids.masked_fill(mask == 0, -100)
+    return {"input_ids": ids.to(device), "attention_mask": mask.to(device), "labels": labels.to(device)}
 
 
 def training_run(spec: dict) -> dict:
@@ -229,11 +248,7 @@ def training_run(spec: dict) -> dict:
             return model(**batch).loss
 
     def step(batch, loss_of=loss_of):
-        optimizer.zero_grad(set_to_none=True)
-        loss = loss_of(batch)
-        loss.backward()
-        optimizer.step()
-        return loss.detach()
+        return train_step(optimizer, loss_of, batch)
 
     if head == "eager":
         run = step
@@ -250,12 +265,7 @@ def training_run(spec: dict) -> dict:
         torch.cuda.reset_peak_memory_stats()
     for lengths in spec["lengths"]:
         longest = max(lengths)
-        ids = torch.randint(vocab, (len(lengths), longest), generator=generator)
-        mask = torch.zeros(len(lengths), longest, dtype=torch.long)
-        for i, n in enumerate(lengths):
-            mask[i, :n] = 1
-        labels = ids.masked_fill(mask == 0, -100)
-        batch = {"input_ids": ids.to(device), "attention_mask": mask.to(device), "labels": labels.to(device)}
+        batch = padded_batch(lengths, vocab, generator, device)
         graphs_before = counters["stats"]["unique_graphs"]
         start = time.perf_counter()
         loss = run(batch).item()

@@ -184,8 +184,9 @@ def rows_for(args) -> list[tuple[str, str, str]]:
 
 def chunks(bt: int, h: int, v: int, const: int) -> int:
     """Liger 0.8.5's chunk count: chunks of ``next_power_of_2(cdiv(BT, cdiv(V, const * H)))`` rows."""
-    size = min(1 << (-(-bt // -(-v // (const * h))) - 1).bit_length(), bt)
-    return -(-bt // size)
+    from inductor_addmm_fix.dynamo.liger_head import liger_chunks
+
+    return liger_chunks((bt, h), (v, h), const)
 
 
 def estimate(config: str, head: str, graph: str, bt: int, warmup: int, reps: int) -> float:

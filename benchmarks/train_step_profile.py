@@ -19,16 +19,12 @@ import time
 
 import torch
 
-from compile_time import MODELS, build
+from compile_time import MODELS, build, padded_batch, train_step
 
 
 def batch(length: int, vocab: int, seed: int) -> dict:
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(vocab, (2, length), generator=g)
-    mask = torch.ones(2, length, dtype=torch.long)
-    mask[1, length // 3 :] = 0  # right padding, as the training run pads
-    labels = ids.masked_fill(mask == 0, -100)
-    return {"input_ids": ids.cuda(), "attention_mask": mask.cuda(), "labels": labels.cuda()}
+    """Two sequences, of ``length`` and a third of it, right-padded as the training run pads."""
+    return padded_batch((length, length // 3), vocab, torch.Generator().manual_seed(seed), "cuda")
 
 
 def one_head(model_name: str, head: str, tokens: int, steps: int, top: int) -> dict:
@@ -45,11 +41,7 @@ def one_head(model_name: str, head: str, tokens: int, steps: int, top: int) -> d
     forward = loss_of if head == "eager" else torch.compile(loss_of)
 
     def step(b):
-        optimizer.zero_grad(set_to_none=True)
-        loss = forward(b)
-        loss.backward()
-        optimizer.step()
-        return loss.detach()
+        return train_step(optimizer, forward, b)
 
     vocab = MODELS[model_name]["vocab_size"]
     for i, length in enumerate((tokens * 3 // 4, tokens * 5 // 4)):
