@@ -46,10 +46,6 @@ OUTPUTS = ("loss", "z_loss", "token_accuracy", "predicted_tokens", "grad_input",
 #: runs of one static shape, in a process whose lengths have not changed, after which
 #: static graphs compile Liger's loop
 PROMOTE_AFTER = 4
-#: the op's ``options["tier"]``: ``static`` graphs count towards promotion, ``symbolic``
-#: ones stop it, ``fixed`` ones (a long loop, the ``opaque`` setting) do neither
-TIERS = ("static", "symbolic", "fixed")
-
 _PROMOTED = False
 _static_runs: dict = {}
 _symbolic_ran = False
@@ -84,6 +80,9 @@ def _may_recompile() -> bool:
 
 
 def _record_run(tier: str, shape: tuple) -> None:
+    """One run of the op, of ``options["tier"]``: ``static`` graphs count towards
+    promotion, ``symbolic`` ones stop it, ``fixed`` ones (a long loop, the ``opaque``
+    setting) do neither."""
     global _PROMOTED, _symbolic_ran
     if tier == "symbolic":
         _symbolic_ran = True
@@ -209,12 +208,12 @@ def opaque_forward(_input, weight, target, ce_weight, bias, token_grad_output, o
 def scaled_gradients(grad_output, grad_input, grad_weight, grad_bias):
     """What Dynamo traces in place of Liger's ``fused_linear_cross_entropy_backward``:
     each saved gradient times ``grad_output``, the product in float32 (or the gradient's
-    wider dtype) stored in the gradient's dtype, as Liger's ``element_mul_kernel`` writes it (and, at 1.0, the
-    gradient unchanged, bit for bit, as Liger's skip leaves it).  Liger branches on
-    ``torch.equal(grad_output, 1.0)``, a data-dependent test that breaks the graph at its
-    autograd Function; this has no branch, and Inductor writes the products into the
-    saved gradients' buffers (AOTAutograd donates them to the backward)."""
-
+    wider dtype) stored in the gradient's dtype, as Liger's ``element_mul_kernel`` writes
+    it (and, at 1.0, the gradient unchanged, bit for bit, as Liger's skip leaves it).
+    Liger branches on ``torch.equal(grad_output, 1.0)``, a data-dependent test that
+    breaks the graph at its autograd Function; this has no branch, and Inductor writes
+    the products into the saved gradients' buffers (AOTAutograd donates them to the
+    backward)."""
     import torch
 
     def scaled(grad):
