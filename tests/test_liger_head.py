@@ -87,6 +87,13 @@ def assert_matches_float64(got, ref, tensors, ref_tensors):
             torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-7)
 
 
+def step_matches_float64(step, tensors) -> None:
+    """Run ``step`` on ``tensors`` and check its loss and gradients against float64 math
+    on copies of them."""
+    ref_tensors = clones(*tensors)
+    assert_matches_float64(step(*tensors), reference_step(*ref_tensors), tensors, ref_tensors)
+
+
 @pytest.fixture(autouse=True)
 def fresh_counters():
     counters.clear()
@@ -112,10 +119,7 @@ def test_changing_lengths_compile_two_graph_sets_and_no_more():
         step = torch.compile(training_step(liger))
         after = []
         for rows in LENGTHS:
-            tensors = inputs(rows)
-            ref_tensors = clones(*tensors)
-            got = step(*tensors)
-            assert_matches_float64(got, reference_step(*ref_tensors), tensors, ref_tensors)
+            step_matches_float64(step, inputs(rows))
             after.append(graphs())
     assert after[2:] == [after[1]] * (len(LENGTHS) - 2), after
     assert events("run") == len(LENGTHS)
@@ -129,9 +133,7 @@ def test_a_fixed_length_compiles_the_loop_after_promote_after_steps():
         step = torch.compile(training_step(liger))
         after = []
         for _ in range(steps):
-            tensors = inputs(40)
-            ref_tensors = clones(*tensors)
-            assert_matches_float64(step(*tensors), reference_step(*ref_tensors), tensors, ref_tensors)
+            step_matches_float64(step, inputs(40))
             after.append(graphs())
     promoted_at = liger_head_op.PROMOTE_AFTER
     assert after[:promoted_at] == [after[0]] * promoted_at, after
@@ -208,9 +210,7 @@ def test_a_static_length_with_a_long_loop_keeps_the_opaque_op():
     with liger_mimic() as liger:
         step = torch.compile(training_step(liger))
         for _ in range(steps):
-            tensors = inputs(40, vocab=1024)
-            ref_tensors = clones(*tensors)
-            assert_matches_float64(step(*tensors), reference_step(*ref_tensors), tensors, ref_tensors)
+            step_matches_float64(step, inputs(40, vocab=1024))
     assert events("run") == steps
     assert events("promoted") == 0
 
@@ -228,9 +228,7 @@ def test_the_opaque_setting_keeps_the_op_in_static_graphs(head_mode):
     with liger_mimic() as liger:
         step = torch.compile(training_step(liger))
         for _ in range(steps):
-            tensors = inputs(40)
-            ref_tensors = clones(*tensors)
-            assert_matches_float64(step(*tensors), reference_step(*ref_tensors), tensors, ref_tensors)
+            step_matches_float64(step, inputs(40))
     assert events("run") == steps
     assert events("promoted") == 0
 
@@ -239,9 +237,7 @@ def test_dynamic_true_takes_the_opaque_op_at_the_first_compile():
     with liger_mimic() as liger:
         step = torch.compile(training_step(liger), dynamic=True)
         for rows in LENGTHS[:3]:
-            tensors = inputs(rows)
-            ref_tensors = clones(*tensors)
-            assert_matches_float64(step(*tensors), reference_step(*ref_tensors), tensors, ref_tensors)
+            step_matches_float64(step, inputs(rows))
         assert events("run")
         first = graphs()
         step(*inputs(LENGTHS[3]))
@@ -403,9 +399,7 @@ def test_a_liger_forward_the_package_does_not_recognise_is_traced_with_one_warni
     with liger_mimic(str(source)) as liger, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         step = torch.compile(training_step(liger))
-        tensors = inputs(40)
-        ref_tensors = clones(*tensors)
-        assert_matches_float64(step(*tensors), reference_step(*ref_tensors), tensors, ref_tensors)
+        step_matches_float64(step, inputs(40))
     said = [str(w.message) for w in caught if "not one this package recognises" in str(w.message)]
     assert len(said) == 1 and "seven values" in said[0], said
     assert events("run") == 0
