@@ -31,6 +31,14 @@ the run goes on.
     python benchmarks/liger_losses.py --list [--quick]   # the rows and a rough time estimate (no GPU needed)
     python benchmarks/liger_losses.py --quick --json out.json --time-limit 540
     python benchmarks/liger_losses.py --losses flce:plain jsd --heads llama3-8b --graphs static
+    python benchmarks/liger_losses.py --losses jsd kl --inline-dispatch   # what compiling their loops would give
+
+--inline-dispatch measures a route, not the package: Liger's JSD and KL-div call their
+per-chunk kernel through ``liger_kernel.backends.dispatch``, which is
+``torch.compiler.disable``d, so Dynamo breaks the graph inside their chunk loops and runs
+the loops eagerly.  With the flag, those two modules' ``dispatch`` is, for eager and
+compiled alike, a plain call of the implementation Liger's dispatcher resolves for the
+GPU (resolved once, before tracing), so Dynamo traces the whole loop.
 
 Needs CUDA and liger-kernel (imported only by the rows).  --time-limit S starts no row
 whose estimated time would end past S seconds after the start (the table is still printed).
@@ -276,7 +284,46 @@ def loss_call(config: str):
     return call
 
 
+class inlined_dispatch:
+    """Within: Liger's JSD and KL-div ops modules call the implementation that Liger's
+    ``dispatch`` resolves for this GPU directly, which Dynamo can trace (``--inline-dispatch``)."""
+
+    MODULES = {"jsd": ("liger_kernel.ops.fused_linear_jsd", "jsd_loss_and_grad"),
+               "kl": ("liger_kernel.ops.fused_linear_kl_div", "kl_loss_and_grad")}  # fmt: skip
+
+    def __init__(self, family: str):
+        self.entry = self.MODULES.get(family)
+
+    def __enter__(self):
+        if self.entry:
+            import importlib
+
+            from liger_kernel.backends.dispatch import resolve_impl
+
+            self.module = importlib.import_module(self.entry[0])
+            self.saved = self.module.dispatch
+            resolved = {self.entry[1]: resolve_impl(self.entry[1], requested=None, device=torch.device(DEVICE, torch.cuda.current_device()))}
+
+            def dispatch(op_name, *args, impl=None, backend=None, **kwargs):
+                assert impl is None and backend is None, "--inline-dispatch: only Liger's default implementation"
+                return resolved[op_name].call(*args, **kwargs)
+
+            self.module.dispatch = dispatch
+        return self
+
+    def __exit__(self, *exc):
+        if self.entry:
+            self.module.dispatch = self.saved
+
+
 def run_row(config: str, head: str, graph: str, args) -> dict:
+    if getattr(args, "inline_dispatch", False):
+        with inlined_dispatch(CONFIGS[config][0]):
+            return dict(_run_row(config, head, graph, args), dispatch="inlined")
+    return _run_row(config, head, graph, args)
+
+
+def _run_row(config: str, head: str, graph: str, args) -> dict:
     from torch._dynamo.utils import counters
 
     call = loss_call(config)
@@ -360,7 +407,8 @@ def print_table(rows: list) -> None:
         extras = "-" if r["extras_equal"] is None else ("equal" if r["extras_equal"] else "DIFFER")
         first = f"{r['first_call_s']:.1f}, " if r["first_call_s"] is not None else ""
         timed = f" (+{r['graphs_while_timed']} while timed!)" if r["graphs_while_timed"] else ""
-        print(f"| {r['loss']} | {r['head']} | {r['graph']} | {r['eager_ms']:.2f} | {r['compiled_ms']:.2f} | {r['ratio']:.3f} | "
+        loss = r["loss"] + (" (dispatch inlined)" if r.get("dispatch") == "inlined" else "")
+        print(f"| {loss} | {r['head']} | {r['graph']} | {r['eager_ms']:.2f} | {r['compiled_ms']:.2f} | {r['ratio']:.3f} | "
               f"{r['eager_mib']:.0f} / {r['compiled_mib']:.0f} ({r['extra_mib']:+.0f}) | {first}{r['compile_s']:.1f} +{r['settle_s']:.1f} | {r['graphs']}{timed} | "
               f"{summary(r['counters'])} | {err} | {'ok' if r['dtype_ok'] else 'DIFFERS'} {r['loss_dtype']} | "
               f"{'yes' if r['bitwise_equal'] else 'no'} | {extras} |")
@@ -399,6 +447,7 @@ def main(argv=None) -> int:
     p.add_argument("--list", action="store_true", help="print the rows and their estimated seconds, run nothing")
     p.add_argument("--time-limit", type=float, metavar="S", help="start no row whose estimate ends past S seconds")
     p.add_argument("--json", help="write every row here (rewritten as each completes)")
+    p.add_argument("--inline-dispatch", action="store_true", help="JSD and KL-div: Liger's dispatch() as a traceable call (see above)")
     args = p.parse_args(argv)
     if args.reps < 6:
         p.error("--reps: at least 6")
