@@ -78,6 +78,8 @@ FEATURE_TABLE = (
     Feature("triton_clones", inductor=("triton_kernels.clones",)),
     # Float arguments of user Triton kernels are read at run time, not specialized.
     Feature("triton_float_args", inductor=("triton_kernels.float_args",)),
+    # Float arguments of user Triton kernels are fp32 in the compiled kernel, as Triton's JIT makes them.
+    Feature("triton_float_types", inductor=("triton_kernels.float_types",)),
     # The analysis of what a user Triton kernel writes compiles its scalar arguments as arguments.
     Feature("triton_analysis", inductor=("triton_kernels.analysis",)),
     # What a user Triton kernel reads and writes is worked out once per kernel and signature.
@@ -88,6 +90,8 @@ FEATURE_TABLE = (
     Feature("static_strides", inductor=("dynamo.static_strides",)),
     # Dynamo finds triton.next_power_of_2 of a symbolic size by comparisons, not bit twiddling.
     Feature("power_of_2_sizes", inductor=("dynamo.power_of_2_sizes",)),
+    # Dynamo answers hasattr and plain class attributes of an autograd Function, with guards.
+    Feature("function_attributes", inductor=("dynamo.function_attributes",)),
     # Liger FLCE's forward is one opaque op where its chunk loop would recompile per length.
     Feature("liger_head", inductor=("dynamo.liger_head",)),
 )

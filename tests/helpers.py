@@ -205,8 +205,12 @@ def live_tables() -> dict:
 
     from torch._dynamo import convert_frame
     from torch._dynamo.variables.functions import UserFunctionVariable
+    from torch._dynamo.variables.misc import AutogradFunctionVariable
     from torch._dynamo.variables.tensor import TensorVariable
     from torch._higher_order_ops import triton_kernel_wrap
+    from torch._inductor.codegen.wrapper import PythonWrapperCodegen
+
+    from inductor_addmm_fix.dynamo.function_attributes import attribute_entry
 
     from inductor_addmm_fix.triton_kernels import analysis_cache, float_args
 
@@ -217,11 +221,15 @@ def live_tables() -> dict:
         "attributes": {
             "triton_clones": [(triton_kernel_wrap, "clone_preserve_strides")],
             "triton_float_args": [(float_args.tensorify_caller(), "tensorify_python_scalars")],
+            "triton_float_types": [(PythonWrapperCodegen, "define_user_defined_triton_kernel")],
             "triton_analysis": [(triton_kernel_wrap, "generate_ttir"), (triton_kernel_wrap, "identify_mutated_tensors")],
             "triton_analysis_cache": [(triton_kernel_wrap, analysis_cache.analysis_name(triton_kernel_wrap))],
             "float_specializations": [(convert_frame, "_compile")],
             "static_strides": [(TensorVariable, "specialize")],
             "power_of_2_sizes": [(UserFunctionVariable, "call_function")],
+            "function_attributes": [
+                (AutogradFunctionVariable, "call_obj_hasattr"), (AutogradFunctionVariable, attribute_entry())
+            ],
             "liger_head": [(UserFunctionVariable, "call_function")],
         },
         "decomp": decomposition_table,

@@ -149,6 +149,8 @@ def fused_linear_cross_entropy_backward(grad_output, grad_input, grad_weight, gr
 
 
 class LigerFusedLinearCrossEntropyFunction(torch.autograd.Function):
+    supports_inner_impl_dispatch = False  # Liger 0.8.5: True, with three more forward parameters
+
     @staticmethod
     def forward(ctx, _input, weight, target, bias=None, ce_weight=None, ignore_index=-100, lse_square_scale=0.0,
                 label_smoothing=0.0, reduction="mean", softcap=None, return_z_loss=False, accum_dtype=None,
@@ -177,10 +179,14 @@ class LigerFusedLinearCrossEntropyFunction(torch.autograd.Function):
 
 
 def flce(_input, weight, target, bias=None, **options):
-    """``LigerFusedLinearCrossEntropyFunction.apply`` with Liger's keyword options."""
+    """``LigerFusedLinearCrossEntropyFunction.apply`` with Liger's keyword options, as Liger
+    0.8.5's ``liger_fused_linear_cross_entropy`` calls it (it asks the Function whether it
+    takes Liger's implementation arguments)."""
     names = ("ce_weight", "ignore_index", "lse_square_scale", "label_smoothing", "reduction", "softcap",
              "return_z_loss", "accum_dtype", "use_token_scaling", "return_token_accuracy", "return_predicted_tokens")
     defaults = (None, -100, 0.0, 0.0, "mean", None, False, None, False, False, False)
     values = [options.pop(n, d) for n, d in zip(names, defaults)]
     assert not options, options
+    if getattr(LigerFusedLinearCrossEntropyFunction, "supports_inner_impl_dispatch", False):  # as Liger's functional entry
+        values += [None, None, _CHUNK_MEM_CONST]
     return LigerFusedLinearCrossEntropyFunction.apply(_input, weight, target, bias, *values)

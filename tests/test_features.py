@@ -17,9 +17,9 @@ from inductor_addmm_fix.patching import warn
 from inductor_addmm_fix import features
 from inductor_addmm_fix.activation import selection, startup
 from inductor_addmm_fix.inductor import accumulate_kernel, lowerings, reinplace, views
-from inductor_addmm_fix.dynamo import float_specializations, liger_head, power_of_2_sizes, static_strides
+from inductor_addmm_fix.dynamo import function_attributes, float_specializations, liger_head, power_of_2_sizes, static_strides
 from inductor_addmm_fix.inductor.passes import accumulate_pairs, chunk_order, post_grad_slot, slice_writes
-from inductor_addmm_fix.triton_kernels import analysis, analysis_cache, clones, float_args
+from inductor_addmm_fix.triton_kernels import analysis, analysis_cache, clones, float_args, float_types
 
 ALL = frozenset(features.NAMES)
 #: Features that change torch's slots here (not unavailable, not found unneeded by a probe).
@@ -85,11 +85,13 @@ def test_the_features_are_named_in_the_public_api():
         "accumulate_pairs",
         "triton_clones",
         "triton_float_args",
+        "triton_float_types",
         "triton_analysis",
         "triton_analysis_cache",
         "float_specializations",
         "static_strides",
         "power_of_2_sizes",
+        "function_attributes",
         "liger_head",
     )
 
@@ -204,11 +206,13 @@ FAILURES = {
     "accumulate_pairs": (accumulate_pairs, "plan"),
     "triton_clones": (clones, "plan"),
     "triton_float_args": (float_args, "plan"),
+    "triton_float_types": (float_types, "plan"),
     "triton_analysis": (analysis, "self_test"),  # fails after its patches are applied
     "triton_analysis_cache": (analysis_cache, "plan"),
     "float_specializations": (float_specializations, "plan"),
     "static_strides": (static_strides, "self_test"),  # fails after its patch is applied
     "power_of_2_sizes": (power_of_2_sizes, "plan"),
+    "function_attributes": (function_attributes, "plan"),
     "liger_head": (liger_head, "plan"),
 }
 

@@ -28,6 +28,8 @@
 #               one compiled FLCE Function per worker (tests/gpu/liger_compiled_plugin.py);
 #               LIGER_WORKERS (default 4) workers, LIGER_TIMEOUT (default 560) seconds;
 #               ligersuite-jsd, ligersuite-kl: the same for its fused linear JSD and KL-div files
+#   floattypes    tests/gpu/test_triton_float_types_cuda.py: a user kernel whose loop-carried value takes a
+#               float argument's type compiles, and matches eager bit for bit
 #   losses      benchmarks/liger_losses.py (LOSSES_ARGS, default --quick --time-limit 500): Liger's
 #               FLCE options, JSD, KL-div compiled vs eager; JSON in $OUT/losses.json
 set -u
@@ -83,6 +85,7 @@ for what in "$@"; do
       (cd /tmp/liger-src && LIGER_COMPILED=$fn PYTHONPATH="$OLDPWD:$OLDPWD/tests/gpu:/tmp/site-0.8.5:/tmp/liger-src" step $what ${LIGER_TIMEOUT:-560} python3 -m pytest -q -p no:cacheprovider -n ${LIGER_WORKERS:-4} -p liger_compiled_plugin -rfE --timeout 200 test/transformers/test_fused_linear_$file.py --tb=short) ;;
     losses) install_liger 0.8.5
       PYTHONPATH="$PYTHONPATH:$PWD/benchmarks" step losses ${LOSSES_TIMEOUT:-560} python3 benchmarks/liger_losses.py ${LOSSES_ARGS:---quick --time-limit 500} --json "$OUT/losses.json" ;;
+    floattypes) step floattypes 200 python3 -m pytest -q -p no:cacheprovider -rA tests/gpu/test_triton_float_types_cuda.py --tb=short ;;
     accumulate) step accumulate 300 python3 -m pytest -q -p no:cacheprovider -rA tests/gpu/test_accumulate_kernel_cuda.py --tb=short ;;
     parity)  # torch's OpInfo database imports expecttest: carry its wheel in .whl/
       [ -d /tmp/site-expecttest ] || python3 -m pip install -q --no-index --no-deps --target /tmp/site-expecttest .whl/expecttest-*.whl
