@@ -66,6 +66,26 @@ def timed_interleaved(fns: dict, *, warmup: int, reps: int, sync_each: bool = Tr
     return {label: (statistics.median(s.elapsed_time(e) for s, e in events[label]), peaks[label]) for label in fns}
 
 
+def profiled(fn, *, steps: int = 2, setup=lambda: None):
+    """(GPU busy ms per step, ``prof.key_averages()``) of ``steps`` calls of fn() under
+    ``torch.profiler`` (CPU and CUDA); setup() runs before each call."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            setup()
+            fn()
+        torch.cuda.synchronize()
+    events = prof.key_averages()
+    busy = sum(getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0)) for e in events)
+    return busy / 1000 / steps, events
+
+
+def device_sort_key(events) -> str:
+    """The key that sorts ``events.table`` by GPU time, as this torch names it."""
+    return "self_device_time_total" if hasattr(events[0], "device_time_total") else "self_cuda_time_total"
+
+
 def flce_rows(bt: int, h: int, v: int, dtype, warmup: int, reps: int, suffix: str = "", mode=None, accums=(torch.float32, None)):
     rows = []
     for accum in accums:

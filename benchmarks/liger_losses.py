@@ -32,6 +32,7 @@ the run goes on.
     python benchmarks/liger_losses.py --quick --json out.json --time-limit 540
     python benchmarks/liger_losses.py --losses flce:plain jsd --heads llama3-8b --graphs static
     python benchmarks/liger_losses.py --losses jsd kl --inline-dispatch   # what compiling their loops would give
+    python benchmarks/liger_losses.py --losses kl:fp32 --heads llama3-8b --graphs static --profile 15
 
 --inline-dispatch measures a route, not the package: Liger's JSD and KL-div call their
 per-chunk kernel through ``liger_kernel.backends.dispatch``, which is
@@ -55,7 +56,7 @@ import traceback
 import zlib
 
 import torch
-from flce_bench import relative_errors, timed_interleaved
+from flce_bench import device_sort_key, profiled, relative_errors, timed_interleaved
 
 MiB = 1024**2
 IGNORE = -100
@@ -372,6 +373,11 @@ def _run_row(config: str, head: str, graph: str, args) -> dict:
         clear()
         out = step(fn)
         results[label] = ([o.detach().clone() for o in out], [t.grad.clone() for t in grads[:2]])
+    if getattr(args, "profile", False):  # where the time goes: GPU busy time against the step's, top kernels
+        for label, fn in (("eager", call), ("compiled", compiled)):
+            busy, events = profiled(lambda fn=fn: step(fn), steps=2, setup=clear)
+            print(f"# profile {config} {head} {graph} {label}: GPU busy {busy:.2f} ms per step "
+                  f"(step {timed[label][0]:.2f} ms)\n{events.table(sort_by=device_sort_key(events), row_limit=args.profile)}")
     (eo, eg), (co, cg) = results["eager"], results["compiled"]
     ref = reference()
     errors = {k: relative_errors([o[0]] + g, ref) for k, (o, g) in results.items()}
@@ -447,6 +453,8 @@ def main(argv=None) -> int:
     p.add_argument("--list", action="store_true", help="print the rows and their estimated seconds, run nothing")
     p.add_argument("--time-limit", type=float, metavar="S", help="start no row whose estimate ends past S seconds")
     p.add_argument("--json", help="write every row here (rewritten as each completes)")
+    p.add_argument("--profile", type=int, metavar="TOP", default=0,
+                   help="per row, eager and compiled: GPU busy time per step against the step's time, and the TOP kernels")
     p.add_argument("--inline-dispatch", action="store_true", help="JSD and KL-div: Liger's dispatch() as a traceable call (see above)")
     args = p.parse_args(argv)
     if args.reps < 6:

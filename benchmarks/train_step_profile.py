@@ -20,6 +20,7 @@ import time
 import torch
 
 from compile_time import MODELS, build, padded_batch, train_step
+from flce_bench import device_sort_key, profiled
 
 
 def batch(length: int, vocab: int, seed: int) -> dict:
@@ -54,18 +55,10 @@ def one_head(model_name: str, head: str, tokens: int, steps: int, top: int) -> d
         step(b)
         torch.cuda.synchronize()
         walls.append((time.perf_counter() - start) * 1000)
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        for _ in range(2):
-            step(b)
-        torch.cuda.synchronize()
-    events = prof.key_averages()
-    attr = "device_time_total" if hasattr(events[0], "device_time_total") else "cuda_time_total"
-    gpu_ms = sum(getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0)) for e in events) / 1000 / 2
+    gpu_ms, events = profiled(lambda: step(b), steps=2)
     print(f"\n## {model_name} {head}: step {statistics.median(walls):.1f} ms (median of {steps}), GPU busy {gpu_ms:.1f} ms "
           f"per step, graphs {counters['stats']['unique_graphs']}, package counters {dict(counters['inductor_addmm_fix'])}")
-    print(events.table(sort_by="self_" + attr, row_limit=top))
+    print(events.table(sort_by=device_sort_key(events), row_limit=top))
     print(events.table(sort_by="self_cpu_time_total", row_limit=top // 2))
     del model, optimizer
     torch.cuda.empty_cache()
