@@ -156,13 +156,15 @@ def unavailable_features() -> set:
 def settled_states() -> dict:
     """feature -> what a working install reports for it here: ``applied``; ``not needed
     on this torch`` where its probe finds stock torch right (``triton_clones`` on 2.15,
-    ``triton_analysis`` on 2.12);
+    ``triton_analysis`` on 2.12, ``triton_float_types`` before 2.11 and on 2.15);
     ``unavailable on this torch`` (the start of the state) where the environment lacks
     what it needs (:func:`unavailable_features`)."""
     from inductor_addmm_fix.features import NAMES
-    from inductor_addmm_fix.triton_kernels import analysis, clones
+    from inductor_addmm_fix.triton_kernels import analysis, clones, float_types
 
     states = {name: "applied" for name in NAMES}
+    if not float_types.user_kernels_get_fp64_floats():
+        states["triton_float_types"] = "not needed on this torch"
     if not clones.stock_copy_reads_storage_before_the_view():
         states["triton_clones"] = "not needed on this torch"
     if analysis.triton_available() and not analysis.analysis_compiles_scalars_as_constants():

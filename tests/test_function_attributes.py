@@ -104,3 +104,18 @@ def test_liger_s_functional_entry_joins_the_graph():
         torch.compile(lambda x, w, t: liger.flce(torch.tanh(x), w, t)[0])(x, w, t).backward()
     assert graph_breaks() == 0
     assert counters["stats"]["unique_graphs"] == 1
+
+
+def test_numbers_read_from_the_class_follow_their_changes():
+    cls = function_class()
+    cls.scale, cls.count = 0.5, 3
+
+    def f(x):
+        return cls.apply(x) * cls.scale + cls.count
+
+    compiled = torch.compile(f, backend="eager")
+    x = torch.randn(4)
+    for scale, count in ((0.5, 3), (0.25, 3), (0.125, 4), (2.0, 5)):
+        cls.scale, cls.count = scale, count
+        assert torch.equal(compiled(x), f(x)), (scale, count)
+    assert graph_breaks() == 0
