@@ -92,8 +92,9 @@ FEATURE_TABLE = (
     Feature("power_of_2_sizes", inductor=("dynamo.power_of_2_sizes",)),
     # Dynamo answers hasattr and plain class attributes of an autograd Function, with guards.
     Feature("function_attributes", inductor=("dynamo.function_attributes",)),
-    # Liger FLCE's forward is one opaque op where its chunk loop would recompile per length.
-    Feature("liger_head", inductor=("dynamo.liger_head",)),
+    # Liger FLCE's forward is one opaque op where its chunk loop would recompile per length;
+    # under the loop setting, JSD's and KL-div's chunk loops are compiled too.
+    Feature("liger_head", inductor=("dynamo.liger_head", "dynamo.liger_dispatch")),
 )
 
 #: The stages in the order they apply, each with the module whose import triggers it

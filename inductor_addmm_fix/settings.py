@@ -93,7 +93,7 @@ def _mode(raw: str) -> str:
     return raw.lower()
 
 
-#: How Liger FLCE's forward is compiled (``liger_head``).
+#: How Liger FLCE's forward is compiled (``liger_head``); ``loop`` compiles JSD's and KL-div's loops too.
 LIGER_HEAD = Setting(
     "INDUCTOR_ADDMM_FIX_LIGER_HEAD", _mode, lambda mode: f"INDUCTOR_ADDMM_FIX_LIGER_HEAD={mode}",
     expects=f"one of {', '.join(LIGER_HEAD_MODES)}", otherwise="using auto",

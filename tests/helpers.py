@@ -206,7 +206,7 @@ def live_tables() -> dict:
     from torch._subclasses.fake_impls import op_implementations_dict
 
     from torch._dynamo import convert_frame
-    from torch._dynamo.variables.functions import UserFunctionVariable
+    from torch._dynamo.variables.functions import SkipFunctionVariable, UserFunctionVariable
     from torch._dynamo.variables.misc import AutogradFunctionVariable
     from torch._dynamo.variables.tensor import TensorVariable
     from torch._higher_order_ops import triton_kernel_wrap
@@ -232,7 +232,7 @@ def live_tables() -> dict:
             "function_attributes": [
                 (AutogradFunctionVariable, "call_obj_hasattr"), (AutogradFunctionVariable, attribute_entry())
             ],
-            "liger_head": [(UserFunctionVariable, "call_function")],
+            "liger_head": [(UserFunctionVariable, "call_function"), (SkipFunctionVariable, "call_function")],
         },
         "decomp": decomposition_table,
         "meta": meta_table,
@@ -317,15 +317,17 @@ def differences(before: dict, after: dict) -> list[str]:
 
 
 @contextlib.contextmanager
-def liger_mimic(path=None):
+def liger_mimic(path=None, module_name=None):
     """``tests/liger_flce_mimic.py`` (or the file ``path``) imported as Liger's FLCE
     module (``liger_kernel.ops.fused_linear_cross_entropy``, the name the package
-    recognises), for the duration; whatever held that name before is put back."""
+    recognises; or ``module_name``), for the duration; whatever held that name before is
+    put back."""
     import importlib.util
     import os
 
-    from inductor_addmm_fix.dynamo.liger_head import MODULE
+    from inductor_addmm_fix.dynamo.liger_head import MODULE as FLCE_MODULE
 
+    MODULE = module_name or FLCE_MODULE
     path = path or os.path.join(os.path.dirname(__file__), "liger_flce_mimic.py")
     spec = importlib.util.spec_from_file_location(MODULE, path)
     module = importlib.util.module_from_spec(spec)

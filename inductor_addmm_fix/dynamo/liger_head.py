@@ -37,7 +37,8 @@ Which calls, ``INDUCTOR_ADDMM_FIX_LIGER_HEAD``:
   where the loop is longer (small hidden sizes with large vocabularies: 64-148 chunks,
   whose unrolled compile costs more than a plain cross entropy's whole model), the op
   stays;
-* ``loop``: always the loop, and Liger's backward, as Dynamo traces them;
+* ``loop``: always the loop, and Liger's backward, as Dynamo traces them (and the chunk
+  loops of Liger's JSD and KL-div: ``dynamo/liger_dispatch.py``);
 * ``opaque``: always the opaque op (the shortest compile, eager's speed for the head).
 
 Only a Liger forward this module recognises is redirected: the function of that name
