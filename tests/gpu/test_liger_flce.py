@@ -342,9 +342,11 @@ def _has(name, param=None):
     return fn is not None and (param is None or param in inspect.signature(fn).parameters)
 
 
-def assert_compiled_matches_eager(fn, x, w, dtype):
+def assert_compiled_matches_eager(fn, x, w, dtype, *, loops_traced=False):
     """fn(x, w) -> loss; compiled and eager losses and gradients agree, and every
-    out_dtype matmul eager calls was captured and lowered by the plugin."""
+    out_dtype matmul eager calls was captured and lowered by the plugin (``loops_traced``:
+    under ``INDUCTOR_ADDMM_FIX_LIGER_HEAD=loop``, where the package traces Liger's
+    dispatch, none may run eagerly)."""
 
     def run_once(f):
         x.grad = w.grad = None
@@ -368,7 +370,7 @@ def assert_compiled_matches_eager(fn, x, w, dtype):
     assert outcome.eager_calls >= 1, "this Liger calls no out_dtype matmul here: nothing to prove"
     for op, n in outcome.reached_by_op.items():
         assert outcome.lowered_by_op[op] == n, f"some {op} was not lowered by the plugin: {outcome}"
-    if outcome.captured < outcome.eager_calls:
+    if outcome.captured < outcome.eager_calls and not loops_traced:
         # Liger 0.8.5 routes these losses through dispatch(), which is
         # torch.compiler.disable'd: a graph break inside the chunk loop, so Dynamo
         # runs that loop (and the out_dtype addmm in it) eagerly.  Not the plugin's.
@@ -377,6 +379,16 @@ def assert_compiled_matches_eager(fn, x, w, dtype):
             f"{outcome.eager_calls - outcome.captured} of {outcome.eager_calls} out_dtype matmuls run eagerly: "
             "Liger's dispatch() is torch.compiler.disable'd inside the chunk loop"
         )
+    assert outcome.captured == outcome.eager_calls, outcome
+
+
+@pytest.fixture(params=["auto", "loop"])
+def loss_loops(request, monkeypatch):
+    """The setting under which JSD and KL-div compile: ``auto`` leaves their loops eager
+    (Liger's dispatch() is compiler-disabled), ``loop`` traces them."""
+    monkeypatch.setenv("INDUCTOR_ADDMM_FIX_LIGER_HEAD", request.param)
+    torch._dynamo.reset()
+    return request.param == "loop"
 
 
 def student(dtype, bt=4 * 47, h=31, v=123):
@@ -387,7 +399,7 @@ def student(dtype, bt=4 * 47, h=31, v=123):
 
 @pytest.mark.skipif(not _has("liger_fused_linear_jsd", "accum_dtype"), reason="this Liger's JSD has no accum_dtype")
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
-def test_fused_linear_jsd_matches_eager(dtype):
+def test_fused_linear_jsd_matches_eager(dtype, loss_loops):
     s_x, s_w = student(dtype)
     t_x = torch.randn_like(s_x).detach()
     t_w = torch.randn_like(s_w).detach() * s_w.shape[1] ** -0.5
@@ -395,16 +407,16 @@ def test_fused_linear_jsd_matches_eager(dtype):
     def fn(s_x, s_w):
         return liger.liger_fused_linear_jsd(s_x, s_w, t_x, t_w, accum_dtype=torch.float32)
 
-    assert_compiled_matches_eager(fn, s_x, s_w, dtype)
+    assert_compiled_matches_eager(fn, s_x, s_w, dtype, loops_traced=loss_loops)
 
 
 @pytest.mark.skipif(not _has("liger_fused_linear_kl_div", "accum_dtype"), reason="this Liger has no fused_linear_kl_div")
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
-def test_fused_linear_kl_div_matches_eager(dtype):
+def test_fused_linear_kl_div_matches_eager(dtype, loss_loops):
     x, w = student(dtype)
     target = torch.log_softmax(torch.randn(x.shape[0], w.shape[0], device="cuda"), dim=-1).to(dtype)
 
     def fn(x, w):
         return liger.liger_fused_linear_kl_div(x, w, target, accum_dtype=torch.float32)
 
-    assert_compiled_matches_eager(fn, x, w, dtype)
+    assert_compiled_matches_eager(fn, x, w, dtype, loops_traced=loss_loops)
