@@ -33,6 +33,7 @@ the run goes on.
     python benchmarks/liger_losses.py --losses flce:plain jsd --heads llama3-8b --graphs static
     python benchmarks/liger_losses.py --losses jsd kl --inline-dispatch   # what compiling their loops would give
     python benchmarks/liger_losses.py --losses kl:fp32 --heads llama3-8b --graphs static --profile 15
+    python benchmarks/liger_losses.py --losses jsd kl --graphs static --head-settings auto,loop
 
 --inline-dispatch measures a route, not the package: Liger's JSD and KL-div call their
 per-chunk kernel through ``liger_kernel.backends.dispatch``, which is
@@ -50,6 +51,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 import traceback
@@ -413,7 +415,7 @@ def print_table(rows: list) -> None:
         extras = "-" if r["extras_equal"] is None else ("equal" if r["extras_equal"] else "DIFFER")
         first = f"{r['first_call_s']:.1f}, " if r["first_call_s"] is not None else ""
         timed = f" (+{r['graphs_while_timed']} while timed!)" if r["graphs_while_timed"] else ""
-        loss = r["loss"] + (" (dispatch inlined)" if r.get("dispatch") == "inlined" else "")
+        loss = r["loss"] + (" (dispatch inlined)" if r.get("dispatch") == "inlined" else "") + (f" [{r['setting']}]" if r.get("setting") else "")
         print(f"| {loss} | {r['head']} | {r['graph']} | {r['eager_ms']:.2f} | {r['compiled_ms']:.2f} | {r['ratio']:.3f} | "
               f"{r['eager_mib']:.0f} / {r['compiled_mib']:.0f} ({r['extra_mib']:+.0f}) | {first}{r['compile_s']:.1f} +{r['settle_s']:.1f} | {r['graphs']}{timed} | "
               f"{summary(r['counters'])} | {err} | {'ok' if r['dtype_ok'] else 'DIFFERS'} {r['loss_dtype']} | "
@@ -455,6 +457,8 @@ def main(argv=None) -> int:
     p.add_argument("--json", help="write every row here (rewritten as each completes)")
     p.add_argument("--profile", type=int, metavar="TOP", default=0,
                    help="per row, eager and compiled: GPU busy time per step against the step's time, and the TOP kernels")
+    p.add_argument("--head-settings", metavar="MODES",
+                   help="run each row under each INDUCTOR_ADDMM_FIX_LIGER_HEAD value of this comma list (e.g. auto,loop)")
     p.add_argument("--inline-dispatch", action="store_true", help="JSD and KL-div: Liger's dispatch() as a traceable call (see above)")
     args = p.parse_args(argv)
     if args.reps < 6:
@@ -463,10 +467,12 @@ def main(argv=None) -> int:
     if unknown:
         p.error(f"--losses: not a family or row: {', '.join(unknown)} (rows: {', '.join(CONFIGS)})")
     selected = rows_for(args)
-    estimates = [estimate(c, h, g, args.bt, args.warmup, args.reps) for c, h, g in selected]
+    settings = args.head_settings.split(",") if args.head_settings else [None]
+    selected = [(c, h, g, setting) for c, h, g in selected for setting in settings]
+    estimates = [estimate(c, h, g, args.bt, args.warmup, args.reps) for c, h, g, _ in selected]
     if args.list:
-        for (c, h, g), s in zip(selected, estimates):
-            print(f"{c:24} {h:13} {g:10} ~{s:4.0f} s")
+        for (c, h, g, setting), s in zip(selected, estimates):
+            print(f"{c:24} {h:13} {g:10} {setting or '':7} ~{s:4.0f} s")
         print(f"# {len(selected)} rows, BT {args.bt}, estimated {sum(estimates) / 60:.1f} min on an H100 (rough: compiles dominate)")
         return 0
     if not torch.cuda.is_available():
@@ -478,8 +484,10 @@ def main(argv=None) -> int:
     print(first_line, flush=True)
     print(f"# {len(selected)} rows, BT {args.bt}, estimated {sum(estimates) / 60:.1f} min", flush=True)
     rows, start = [], time.perf_counter()
-    for (config, head, graph), guess in zip(selected, estimates):
+    for (config, head, graph, setting), guess in zip(selected, estimates):
         row, row_start = dict(loss=config, head=head, graph=graph, bt=args.bt), time.perf_counter()
+        if setting is not None:  # read by the package while Dynamo traces the row
+            os.environ["INDUCTOR_ADDMM_FIX_LIGER_HEAD"] = row["setting"] = setting
         if args.time_limit is not None and row_start - start + guess > args.time_limit:
             row["skipped"] = f"not run: --time-limit {args.time_limit:.0f} s"
         else:
