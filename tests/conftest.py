@@ -81,3 +81,14 @@ def pytest_runtest_makereport(item, call):
         for name, value in item.user_properties:
             if name == "seed":
                 item.add_report_section(call.when, "seed", f"torch.manual_seed({value})")
+
+
+@pytest.fixture
+def head_mode(monkeypatch):
+    """``head_mode("loop")``: ``INDUCTOR_ADDMM_FIX_LIGER_HEAD`` for the test's duration."""
+    from inductor_addmm_fix import settings
+
+    def choose(value):
+        monkeypatch.setenv(settings.LIGER_HEAD.variable, value)
+
+    return choose

@@ -195,6 +195,13 @@ def family_ops():
     return [getattr(getattr(torch.ops.aten, name), which) for name in FAMILY for which in ("dtype", "dtype_out")]
 
 
+def graph_breaks() -> int:
+    """The graph breaks Dynamo counted (``counters["graph_break"]``) since they were cleared."""
+    from torch._dynamo.utils import counters
+
+    return sum(counters["graph_break"].values())
+
+
 def live_tables() -> dict:
     """name -> the table object (dicts and sets that the package may edit), captured
     before a test hides an attribute of torch to simulate renamed internals."""
@@ -327,17 +334,17 @@ def liger_mimic(path=None, module_name=None):
 
     from inductor_addmm_fix.dynamo.liger_head import MODULE as FLCE_MODULE
 
-    MODULE = module_name or FLCE_MODULE
+    name = module_name or FLCE_MODULE
     path = path or os.path.join(os.path.dirname(__file__), "liger_flce_mimic.py")
-    spec = importlib.util.spec_from_file_location(MODULE, path)
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
-    before = sys.modules.get(MODULE)
-    sys.modules[MODULE] = module
+    before = sys.modules.get(name)
+    sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
         yield module
     finally:
         if before is None:
-            sys.modules.pop(MODULE, None)
+            sys.modules.pop(name, None)
         else:
-            sys.modules[MODULE] = before
+            sys.modules[name] = before

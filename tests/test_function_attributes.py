@@ -9,7 +9,7 @@ import torch
 import torch._inductor.compile_fx  # noqa: F401  (the feature applies once Inductor is imported)
 from torch._dynamo.utils import counters
 
-from helpers import liger_mimic
+from helpers import graph_breaks, liger_mimic
 
 
 def function_class():
@@ -47,10 +47,6 @@ def asks(cls):
 @pytest.fixture(autouse=True)
 def fresh_counters():
     counters.clear()
-
-
-def graph_breaks() -> int:
-    return sum(counters["graph_break"].values())
 
 
 def compiled_and_eager(cls, x):

@@ -11,8 +11,7 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
-from helpers import liger_mimic
-from inductor_addmm_fix import settings
+from helpers import graph_breaks, liger_mimic
 from inductor_addmm_fix.dynamo import liger_dispatch
 from inductor_addmm_fix.patching.counters import COUNTER
 
@@ -29,14 +28,6 @@ def dispatch_module():
         yield module
 
 
-@pytest.fixture
-def head_mode(monkeypatch):
-    def choose(value):
-        monkeypatch.setenv(settings.LIGER_HEAD.variable, value)
-
-    return choose
-
-
 @pytest.fixture(autouse=True)
 def fresh_counters():
     counters.clear()
@@ -47,10 +38,6 @@ def inputs(dtype=torch.float64):
     w = torch.randn(V, H, dtype=dtype) * 0.3
     target = torch.softmax(torch.randn(ROWS, V, dtype=torch.float64), -1).to(dtype)
     return x, w, target
-
-
-def graph_breaks() -> int:
-    return sum(counters["graph_break"].values())
 
 
 def ran_eagerly(module) -> bool:

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch._dynamo.utils import counters
 
-from helpers import liger_mimic, many_recompiles
+from helpers import graph_breaks, liger_mimic, many_recompiles
 from inductor_addmm_fix.patching import warn
 from inductor_addmm_fix import installer
 from inductor_addmm_fix import settings
@@ -100,14 +100,6 @@ def fresh_counters():
     liger_head_op.reset_tiers()
     yield
     liger_head_op.reset_tiers()
-
-
-@pytest.fixture
-def head_mode(monkeypatch):
-    def choose(value):
-        monkeypatch.setenv(liger_head.VARIABLE, value)
-
-    return choose
 
 
 def test_changing_lengths_compile_two_graph_sets_and_no_more():
@@ -258,10 +250,6 @@ def test_int_options_made_symbolic_by_dynamic_true_are_specialised_and_take_the_
             assert torch.equal(compiled(x, w, t, 3), loss(x, w, t, 3))
     assert events("run") == 2
     assert events("loop") == 0
-
-
-def graph_breaks() -> int:
-    return sum(counters["graph_break"].values())
 
 
 def scaled_head(liger, scale=3):

@@ -45,15 +45,12 @@ FUNCTION = "dispatch"
 OPS = frozenset({"jsd_loss_and_grad", "kl_loss_and_grad"})
 
 
-def liger_dispatch(value: Any) -> Callable[..., Any] | None:
-    """Liger's ``dispatch`` where ``value`` is its ``torch.compiler.disable`` wrapper,
-    else None."""
+def is_liger_dispatch(value: Any) -> bool:
+    """Whether ``value`` is the ``torch.compiler.disable`` wrapper of Liger's ``dispatch``."""
     if not getattr(value, "_torchdynamo_disable", False):
-        return None
+        return False
     inner = getattr(value, "_torchdynamo_orig_callable", None) or getattr(value, "__wrapped__", None)
-    if getattr(inner, "__name__", None) == FUNCTION and getattr(inner, "__module__", None) == MODULE:
-        return inner
-    return None
+    return getattr(inner, "__name__", None) == FUNCTION and getattr(inner, "__module__", None) == MODULE
 
 
 def _device(args: list) -> Any:
@@ -95,7 +92,7 @@ def traced_dispatch(stock: Callable[..., Any]) -> Callable[..., Any]:
     from torch._dynamo.variables.functions import UserFunctionVariable
 
     def call_function(self, tx, args, kwargs):
-        if liger_dispatch(getattr(self, "value", None)) is not None and liger_head.mode() == "loop":
+        if is_liger_dispatch(getattr(self, "value", None)) and liger_head.mode() == "loop":
             forward = resolved_forward(list(args), dict(kwargs))
             if forward is not None:
                 count(COUNTED, "dispatch:traced")
