@@ -82,7 +82,9 @@ SHAPES = {
 HEADS = ("liger", "ce", "liger-eager")
 #: heads of the run mode: Liger's head with the package's setting (INDUCTOR_ADDMM_FIX_LIGER_HEAD),
 #: plain cross entropy compiled, and Liger's model eager (nothing compiled)
-RUN_HEADS = {"liger": "auto", "liger-loop": "loop", "liger-opaque": "opaque", "ce": None, "eager": None}
+RUN_HEADS = {"liger": "auto", "liger-loop": "loop", "liger-opaque": "opaque", "ce": None, "eager": None, "ce-off": None}
+#: heads run with the package off (``INDUCTOR_ADDMM_FIX=0``): what torch alone compiles
+PACKAGE_OFF = {"ce-off": "ce"}
 #: torch's timers shown for a compile, each a phase (the timers nest: these overlap little)
 PHASES = {
     "bytecode_tracing": "Dynamo tracing",
@@ -215,7 +217,7 @@ def training_run(spec: dict) -> dict:
     import inductor_addmm_fix  # noqa: F401
 
     device = spec["device"]
-    head = spec["head"]
+    head = PACKAGE_OFF.get(spec["head"], spec["head"])
     liger_head = head not in ("ce",)
     # Liger's kernels need CUDA: on the CPU its FLCE is the pure-torch mimic of tests/
     # (Liger's chunk loop, signature and module name), on the hidden states of the model
@@ -324,6 +326,8 @@ def run_mode(args) -> None:
                 env = dict(os.environ)
                 if RUN_HEADS[head]:
                     env["INDUCTOR_ADDMM_FIX_LIGER_HEAD"] = RUN_HEADS[head]
+                if head in PACKAGE_OFF:
+                    env["INDUCTOR_ADDMM_FIX"] = "0"
                 if head == "eager" and eager is not None:
                     done[head] = result = dict(eager, compile=graph)
                 else:

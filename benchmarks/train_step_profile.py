@@ -28,7 +28,7 @@ def batch(length: int, vocab: int, seed: int) -> dict:
     return padded_batch((length, length // 3), vocab, torch.Generator().manual_seed(seed), "cuda")
 
 
-def one_head(model_name: str, head: str, tokens: int, steps: int, top: int) -> dict:
+def one_head(model_name: str, head: str, tokens: int, steps: int, top: int, graph: str = "model") -> dict:
     from torch._dynamo.utils import counters
 
     torch._dynamo.reset()
@@ -39,10 +39,13 @@ def one_head(model_name: str, head: str, tokens: int, steps: int, top: int) -> d
     def loss_of(b):
         return model(**b).loss
 
-    forward = loss_of if head == "eager" else torch.compile(loss_of)
+    forward = loss_of if head == "eager" or graph == "step" else torch.compile(loss_of)
 
     def step(b):
         return train_step(optimizer, forward, b)
+
+    if head != "eager" and graph == "step":  # the whole step: forward, backward, AdamW
+        step = torch.compile(step)
 
     vocab = MODELS[model_name]["vocab_size"]
     for i, length in enumerate((tokens * 3 // 4, tokens * 5 // 4)):
@@ -72,11 +75,13 @@ def main() -> None:
     p.add_argument("--heads", default="eager,liger,ce")
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--top", type=int, default=20)
+    p.add_argument("--compile", default="model", choices=("model", "step"), help="compile the model's loss, or the whole step")
     args = p.parse_args()
     import inductor_addmm_fix  # noqa: F401
 
-    rows = [one_head(args.model, head, args.tokens, args.steps, args.top) for head in args.heads.split(",")]
+    rows = [one_head(args.model, head, args.tokens, args.steps, args.top, args.compile) for head in args.heads.split(",")]
     eager = next((r for r in rows if r["head"] == "eager"), None)
+    print(f"\n{args.model}, {args.compile} compiled, {args.tokens} tokens x 2")
     print(f"\n{'head':<8} {'step ms':>8} {'GPU ms':>8} {'/ eager':>8}  ({torch.cuda.get_device_name()}, torch {torch.__version__})")
     for r in rows:
         ratio = f"{r['step_ms'] / eager['step_ms']:.3f}" if eager else "-"
