@@ -156,14 +156,14 @@ def unavailable_features() -> set:
 def settled_states() -> dict:
     """feature -> what a working install reports for it here: ``applied``; ``not needed
     on this torch`` where its probe finds stock torch right (``triton_clones`` on 2.15,
-    ``triton_analysis`` on 2.12, ``triton_float_types`` before 2.11 and on 2.15);
+    ``triton_analysis`` on 2.12);
     ``unavailable on this torch`` (the start of the state) where the environment lacks
     what it needs (:func:`unavailable_features`)."""
     from inductor_addmm_fix.features import NAMES
     from inductor_addmm_fix.triton_kernels import analysis, clones, float_types
 
     states = {name: "applied" for name in NAMES}
-    if not float_types.user_kernels_get_fp64_floats():
+    if not float_types.user_kernels_get_fp64_floats() and not float_types.symbolic_float_typed_as_integer():
         states["triton_float_types"] = "not needed on this torch"
     if not clones.stock_copy_reads_storage_before_the_view():
         states["triton_clones"] = "not needed on this torch"
@@ -217,6 +217,7 @@ def live_tables() -> dict:
     from torch._dynamo.variables.misc import AutogradFunctionVariable
     from torch._dynamo.variables.tensor import TensorVariable
     from torch._higher_order_ops import triton_kernel_wrap
+    from torch._inductor.codegen import triton_utils
     from torch._inductor.codegen.wrapper import PythonWrapperCodegen
 
     from inductor_addmm_fix.dynamo.function_attributes import attribute_entry
@@ -230,7 +231,9 @@ def live_tables() -> dict:
         "attributes": {
             "triton_clones": [(triton_kernel_wrap, "clone_preserve_strides")],
             "triton_float_args": [(float_args.tensorify_caller(), "tensorify_python_scalars")],
-            "triton_float_types": [(PythonWrapperCodegen, "define_user_defined_triton_kernel")],
+            "triton_float_types": [
+                (PythonWrapperCodegen, "define_user_defined_triton_kernel"), (triton_utils, "signature_of")
+            ],
             "triton_analysis": [(triton_kernel_wrap, "generate_ttir"), (triton_kernel_wrap, "identify_mutated_tensors")],
             "triton_analysis_cache": [(triton_kernel_wrap, analysis_cache.analysis_name(triton_kernel_wrap))],
             "float_specializations": [(convert_frame, "_compile")],

@@ -44,3 +44,19 @@ def test_a_float_argument_of_the_frame_compiles_and_matches_eager():
     for temperature in (0.7, 1.3, 3.0):
         x = torch.randn(8, 1000, device="cuda", dtype=torch.bfloat16)
         assert torch.equal(compiled(x, temperature), scaled_row_max(x, temperature))
+
+
+def with_a_scale_of_the_row_count(x):
+    return scaled_row_max(x, 1.0 / x.shape[0])  # Liger's KL-div: scale = 1 / BT
+
+
+def test_a_float_computed_from_a_symbolic_size_compiles_and_matches_eager():
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(with_a_scale_of_the_row_count, dynamic=True)
+    for rows in (8, 24, 40):
+        x = torch.randn(rows, 1000, device="cuda", dtype=torch.bfloat16)
+        assert torch.equal(compiled(x), with_a_scale_of_the_row_count(x))
+    assert counters["stats"]["unique_graphs"] == 1  # one graph, its row count symbolic
