@@ -26,7 +26,10 @@ head compiled with ``INDUCTOR_ADDMM_FIX_LIGER_HEAD`` unset, ``loop``, ``opaque``
 run: the compile seconds (each compiling step's time over the steady step), graphs,
 recompile-limit hits, the steady step (median of the last 10) against eager and ``ce``,
 the median over the last 20 steps of each step against eager's step of the same batch
-(``matched``: every run draws the same lengths), the peak memory (CUDA).
+(``matched``: every run draws the same lengths), the replayed step (the last 10 batches
+run 3 times more each, at lengths already compiled for: the median of their fastest
+runs) against eager's, the garbage collector's pauses in the last 10 steps, the peak
+memory (CUDA).  ``ce-off``: plain cross entropy with the package off.
 
     python benchmarks/compile_time.py --run --models small-h,llama3-8b-head      # GPU
     python benchmarks/compile_time.py --run --device cpu --models tiny,tiny-wide --run-lengths 16-128
@@ -263,26 +266,71 @@ def training_run(spec: dict) -> dict:
     vocab = MODELS[spec["model"]]["vocab_size"]
     rows = []
     counters.clear()
+    gc_pause = gc_pauses()
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
     for lengths in spec["lengths"]:
         longest = max(lengths)
         batch = padded_batch(lengths, vocab, generator, device)
         graphs_before = counters["stats"]["unique_graphs"]
+        gc_before = gc_pause()
         start = time.perf_counter()
         loss = run(batch).item()
         wall = time.perf_counter() - start
         rows.append({"tokens": len(lengths) * longest, "wall_s": wall, "loss": loss,
-                     "new_graphs": counters["stats"]["unique_graphs"] - graphs_before,
+                     "new_graphs": counters["stats"]["unique_graphs"] - graphs_before, "gc_s": gc_pause() - gc_before,
                      "package_counters": dict(counters["inductor_addmm_fix"])})  # fmt: skip
         print(STEP + json.dumps(rows[-1]), flush=True)
     steady = statistics.median(s["wall_s"] for s in rows[-10:])
     compile_s = sum(max(0.0, s["wall_s"] - steady) for s in rows if s["new_graphs"])
+    graphs = counters["stats"]["unique_graphs"]
+    replay = replayed_steps(run, spec["lengths"][-REPLAYED:], vocab, device)
     peak = torch.cuda.max_memory_allocated() / 2**20 if device == "cuda" else float("nan")
     return {**spec, "steps": rows, "torch": torch.__version__, "compile_s": compile_s,
-            "graphs": counters["stats"]["unique_graphs"], "graph_breaks": sum(counters["graph_break"].values()),
+            "graphs": graphs, "graph_breaks": sum(counters["graph_break"].values()),
             "limit_hits": limit_hits, "steady_ms": steady * 1e3, "peak_mib": peak,
+            "replay_ms": statistics.median(replay) * 1e3, "replay_new_graphs": counters["stats"]["unique_graphs"] - graphs,
+            "gc_ms": sum(s["gc_s"] for s in rows[-10:]) * 1e3,
             "features": os.environ.get("INDUCTOR_ADDMM_FIX", "all")}  # fmt: skip
+
+
+#: the run's last batches that are run again (each ``REPLAYS`` times) after its steps
+REPLAYED, REPLAYS = 10, 3
+
+
+def replayed_steps(run, lengths: list, vocab: int, device: str) -> list[float]:
+    """Each of ``lengths``' batches run ``REPLAYS`` more times, at lengths the run has
+    already compiled for: the fastest of each, in seconds.  A step's time at a length seen
+    before, against the run's steps, which each meet a new length."""
+    import torch
+
+    generator = torch.Generator().manual_seed(2)
+    fastest = []
+    for batch_lengths in lengths:
+        batch = padded_batch(batch_lengths, vocab, generator, device)
+        walls = []
+        for _ in range(REPLAYS):
+            start = time.perf_counter()
+            run(batch).item()
+            walls.append(time.perf_counter() - start)
+        fastest.append(min(walls))
+    return fastest
+
+
+def gc_pauses():
+    """A reader of the seconds Python's cyclic garbage collector has run since this call."""
+    import gc
+
+    total, started = [0.0], [0.0]
+
+    def callback(phase, info):
+        if phase == "start":
+            started[0] = time.perf_counter()
+        else:
+            total[0] += time.perf_counter() - started[0]
+
+    gc.callbacks.append(callback)
+    return lambda: total[0]
 
 
 def print_run(result: dict, eager: dict | None, ce: dict | None) -> None:
@@ -292,10 +340,13 @@ def print_run(result: dict, eager: dict | None, ce: dict | None) -> None:
         print(f"{label} failed: {result['error']} after {len(steps)} steps "
               f"({sum(s['wall_s'] for s in steps):.0f} s, {sum(s['new_graphs'] for s in steps)} graphs)", flush=True)
         return
-    ratio = lambda other: f"{result['steady_ms'] / other['steady_ms']:.3f}" if other and "steady_ms" in other else "-"  # noqa: E731
+    def ratio(other, key="steady_ms"):
+        return f"{result[key] / other[key]:.3f}" if other and other.get(key) else "-"
+
     compile_ratio = f"{result['compile_s'] / ce['compile_s']:.2f}" if ce and ce.get("compile_s") else "-"
     print(f"{label} {result['compile_s']:>9.1f} {compile_ratio:>7} {result['graphs']:>6} {len(result['limit_hits']):>5} "
           f"{result['steady_ms']:>9.1f} {ratio(eager):>8} {matched(result, eager):>8} {ratio(ce):>8} "
+          f"{result['replay_ms']:>9.1f} {ratio(eager, 'replay_ms'):>8} {result['gc_ms']:>6.0f} "
           f"{result['peak_mib']:>9.0f}", flush=True)  # fmt: skip
 
 
@@ -315,7 +366,8 @@ def run_mode(args) -> None:
     lengths = run_lengths(args.steps, args.batch, *map(int, args.run_lengths.split("-")))
     print(f"steps {args.steps}, batch {args.batch}, lengths uniform {args.run_lengths} (seeded), right padding", flush=True)
     print(f"{'model':<15} {'graph':<6} {'head':<13} {'compile s':>9} {'/ ce':>7} {'graphs':>6} {'limit':>5} "
-          f"{'step ms':>9} {'/ eager':>8} {'matched':>8} {'/ ce':>8} {'peak MiB':>9}", flush=True)  # fmt: skip
+          f"{'step ms':>9} {'/ eager':>8} {'matched':>8} {'/ ce':>8} {'replay ms':>9} {'/ eager':>8} {'gc ms':>6} "
+          f"{'peak MiB':>9}", flush=True)  # fmt: skip
     results = []
     for model in args.models.split(","):
         eager = None  # compiles nothing: one run serves every --compile of the model
