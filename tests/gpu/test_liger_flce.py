@@ -420,3 +420,53 @@ def test_fused_linear_kl_div_matches_eager(dtype, loss_loops):
         return liger.liger_fused_linear_kl_div(x, w, target, accum_dtype=torch.float32)
 
     assert_compiled_matches_eager(fn, x, w, dtype, loops_traced=loss_loops)
+
+
+def jsd_loop_case(dtype):
+    """Liger's JSD over 8 chunks on a Hopper GPU (chunk count ceil(V / H) budget)."""
+    s_x, s_w = student(dtype, bt=64, h=64, v=512)
+    t_x, t_w = torch.randn_like(s_x).detach(), (torch.randn_like(s_w) * 64**-0.5).detach()
+    return (lambda x, w: liger.liger_fused_linear_jsd(x, w, t_x, t_w, accum_dtype=torch.float32)), s_x, s_w
+
+
+def kl_div_loop_case(dtype, bt=256):
+    """Liger's KL-div over several chunks (its budget is ceil(V / 16 H))."""
+    x, w = student(dtype, bt=bt, h=32, v=2048)
+    target = torch.log_softmax(torch.randn(bt, 2048, device="cuda"), dim=-1).to(dtype)
+    return (lambda x, w: liger.liger_fused_linear_kl_div(x, w, target, accum_dtype=torch.float32)), x, w
+
+
+@pytest.mark.skipif(not _has("liger_fused_linear_kl_div", "accum_dtype"), reason="this Liger has no fused_linear_kl_div")
+@pytest.mark.parametrize("case", [jsd_loop_case, kl_div_loop_case], ids=["jsd", "kl_div"])
+def test_traced_loss_loops_accumulate_each_chunk_once_paired_or_in_place(case, monkeypatch):
+    """Under ``loop``, the chunks of JSD's and KL-div's weight-gradient accumulation keep
+    their order (chunk_order), and each is merged with its neighbour (accumulate_pairs, on
+    the pair kernel on Hopper) or accumulated in place (reinplace)."""
+    monkeypatch.setenv("INDUCTOR_ADDMM_FIX_LIGER_HEAD", "loop")
+    torch._dynamo.reset()
+    counters[COUNTER].clear()
+    fn, x, w = case(torch.bfloat16)
+    with torch._inductor.config.patch(force_disable_caches=True):
+        torch.compile(fn)(x, w).backward()
+    seen = dict(counters[COUNTER])
+    chunks = seen.get("chunk_order:chunks", 0)
+    in_place = sum(n for name, n in seen.items() if name.endswith(":accumulate_in_place"))
+    assert seen.get("liger_head:dispatch:traced", 0) > 0, seen
+    assert chunks > 1, seen
+    assert 2 * seen.get("accumulate_pairs:pairs", 0) + in_place == chunks, seen
+    if torch.cuda.get_device_capability()[0] == 9:
+        assert seen.get("pair:hopper_accumulate", 0) == seen.get("accumulate_pairs:pairs", 0), seen
+
+
+@pytest.mark.skipif(not _has("liger_fused_linear_kl_div", "accum_dtype"), reason="this Liger has no fused_linear_kl_div")
+def test_traced_kl_div_loop_compiles_with_a_symbolic_token_count(monkeypatch):
+    """Liger's KL-div kernel takes ``scale=1 / BT``: with BT symbolic, a float of a
+    symbolic size, which the kernel's compiled signature must type as a float."""
+    monkeypatch.setenv("INDUCTOR_ADDMM_FIX_LIGER_HEAD", "loop")
+    torch._dynamo.reset()
+    for bt in (96, 80, 72):  # 3 chunks each
+        fn, x, w = kl_div_loop_case(torch.bfloat16, bt)
+        eager = fn(x, w)
+        compiled = torch.compile(fn, dynamic=True)(x, w)
+        assert compiled.dtype == eager.dtype == torch.float32
+        torch.testing.assert_close(compiled, eager, **TOLERANCE[torch.bfloat16])
