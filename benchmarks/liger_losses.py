@@ -49,6 +49,7 @@ whose estimated time would end past S seconds after the start (the table is stil
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import math
 import os
@@ -460,6 +461,8 @@ def main(argv=None) -> int:
     p.add_argument("--head-settings", metavar="MODES",
                    help="run each row under each INDUCTOR_ADDMM_FIX_LIGER_HEAD value of this comma list (e.g. auto,loop)")
     p.add_argument("--inline-dispatch", action="store_true", help="JSD and KL-div: Liger's dispatch() as a traceable call (see above)")
+    p.add_argument("--inductor", action="append", default=[], metavar="NAME=VALUE",
+                   help="set torch._inductor.config.NAME for the whole run (a Python literal), e.g. reorder_for_peak_memory=False")
     args = p.parse_args(argv)
     if args.reps < 6:
         p.error("--reps: at least 6")
@@ -480,7 +483,14 @@ def main(argv=None) -> int:
         return 2
     import inductor_addmm_fix  # noqa: F401  (the import applies the fix, where no entry point did)
 
+    for setting in args.inductor:
+        name, _, value = setting.partition("=")
+        if not hasattr(torch._inductor.config, name):
+            p.error(f"--inductor: torch._inductor.config has no {name}")
+        setattr(torch._inductor.config, name, ast.literal_eval(value))
     first_line = header()
+    if args.inductor:
+        first_line += f"; Inductor config {', '.join(args.inductor)}"
     print(first_line, flush=True)
     print(f"# {len(selected)} rows, BT {args.bt}, estimated {sum(estimates) / 60:.1f} min", flush=True)
     rows, start = [], time.perf_counter()

@@ -30,6 +30,8 @@
 #               ligersuite-jsd, ligersuite-kl: the same for its fused linear JSD and KL-div files
 #   floattypes    tests/gpu/test_triton_float_types_cuda.py: a user kernel whose loop-carried value takes a
 #               float argument's type compiles, and matches eager bit for bit
+#   jsdmem      benchmarks/liger_losses.py's JSD accum None row (llama, static, loop) with every feature,
+#               without accumulate_pairs, and with Inductor's reorder_for_peak_memory off
 #   losses      benchmarks/liger_losses.py (LOSSES_ARGS, default --quick --time-limit 500): Liger's
 #               FLCE options, JSD, KL-div compiled vs eager; JSON in $OUT/losses.json
 set -u
@@ -85,6 +87,12 @@ for what in "$@"; do
       (cd /tmp/liger-src && LIGER_COMPILED=$fn PYTHONPATH="$OLDPWD:$OLDPWD/tests/gpu:/tmp/site-0.8.5:/tmp/liger-src" step $what ${LIGER_TIMEOUT:-560} python3 -m pytest -q -p no:cacheprovider -n ${LIGER_WORKERS:-4} -p liger_compiled_plugin -rfE --timeout 200 test/transformers/test_fused_linear_$file.py --tb=short) ;;
     losses) install_liger 0.8.5
       PYTHONPATH="$PYTHONPATH:$PWD/benchmarks" step losses ${LOSSES_TIMEOUT:-560} python3 benchmarks/liger_losses.py ${LOSSES_ARGS:---quick --time-limit 500} --json "$OUT/losses.json" ;;
+    jsdmem) install_liger 0.8.5  # where the JSD loop's extra memory comes from (docs/gpu-results.md, the CPU proxy)
+      for variant in "all" "-accumulate_pairs" "all reorder_for_peak_memory=False"; do
+        read -r feats config <<< "$variant"; extra=${config:+--inductor $config}
+        INDUCTOR_ADDMM_FIX=$feats PYTHONPATH="$PYTHONPATH:$PWD/benchmarks" step "jsdmem-${variant// /-}" 200 python3 benchmarks/liger_losses.py \
+          --losses jsd:None-beta0.5 --heads llama3-8b --graphs static --head-settings loop --reps 6 --warmup 2 $extra
+      done ;;
     floattypes) step floattypes 200 python3 -m pytest -q -p no:cacheprovider -rA tests/gpu/test_triton_float_types_cuda.py --tb=short ;;
     accumulate) step accumulate 300 python3 -m pytest -q -p no:cacheprovider -rA tests/gpu/test_accumulate_kernel_cuda.py --tb=short ;;
     parity)  # torch's OpInfo database imports expecttest: carry its wheel in .whl/
