@@ -62,6 +62,8 @@ FEATURE_TABLE = (
     ),
     # Accumulation chains (addmm(acc, ..., out=acc)) run in place, as in eager.
     Feature("reinplace", inductor=("inductor.reinplace",)),
+    # Inductor's peak-memory estimate counts those in-place accumulations as writes, not allocations.
+    Feature("memory_estimate", inductor=("inductor.out_fallback_sizes",), needs=("reinplace",)),
     # In-place accumulates on Hopper GPUs run the package's kernel where it beats cuBLAS.
     Feature("accumulate_kernel", inductor=("inductor.accumulate_kernel",), needs=("reinplace",)),
     # as_strided of a slice of an unrealized buffer reads the buffer's storage, as in eager.

@@ -217,6 +217,7 @@ def live_tables() -> dict:
     from torch._dynamo.variables.misc import AutogradFunctionVariable
     from torch._dynamo.variables.tensor import TensorVariable
     from torch._higher_order_ops import triton_kernel_wrap
+    from torch._inductor import memory
     from torch._inductor.codegen import triton_utils
     from torch._inductor.codegen.wrapper import PythonWrapperCodegen
 
@@ -229,6 +230,7 @@ def live_tables() -> dict:
     return {
         # feature -> (owner, attribute) of each function and method it wraps
         "attributes": {
+            "memory_estimate": [(memory, "compute_size_for_scheduler_buffer")],
             "triton_clones": [(triton_kernel_wrap, "clone_preserve_strides")],
             "triton_float_args": [(float_args.tensorify_caller(), "tensorify_python_scalars")],
             "triton_float_types": [
