@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import json
 import math
 import os
@@ -93,6 +94,26 @@ def jsd_forward(student_input, student_weight, teacher_input, teacher_weight, ac
     return total_loss, grad_input, grad_weight
 
 
+@contextlib.contextmanager
+def inductor_estimates():
+    """The peak-memory estimates (bytes) Inductor makes inside the block, in the list it
+    yields: what ``reorder_for_peak_memory`` chooses its order by."""
+    import torch._inductor.memory as memory
+
+    estimates, stock = [], memory.estimate_peak_memory
+
+    def estimate_peak_memory(*args, **kwargs):
+        result = stock(*args, **kwargs)
+        estimates.append(result[0])
+        return result
+
+    memory.estimate_peak_memory = estimate_peak_memory
+    try:
+        yield estimates
+    finally:
+        memory.estimate_peak_memory = stock
+
+
 def eager_peak(fn) -> float:
     """The most bytes ``fn``'s eager run held at once beyond what existed before it, from
     the profiler's allocation records (an op's own allocations, and frees)."""
@@ -116,18 +137,8 @@ def one(args) -> dict:
 
     import inductor_addmm_fix  # noqa: F401
     import torch._inductor.compile_fx  # noqa: F401
-    import torch._inductor.memory as memory
     from torch._inductor.utils import run_and_get_code
 
-    estimates = []
-    stock_estimate = memory.estimate_peak_memory
-
-    def estimate_peak_memory(*a, **k):
-        result = stock_estimate(*a, **k)
-        estimates.append(result[0])
-        return result
-
-    memory.estimate_peak_memory = estimate_peak_memory
     torch._inductor.config.reorder_for_peak_memory = args.reorder
     torch._inductor.config.force_disable_caches = True
     torch.manual_seed(0)
@@ -136,7 +147,8 @@ def one(args) -> dict:
     sw, tw = torch.randn(v, hs, dtype=torch.bfloat16) / hs**0.5, torch.randn(v, ht, dtype=torch.bfloat16) / ht**0.5
     accum = {"None": None, "fp32": torch.float32}[args.accum]
     eager = eager_peak(lambda: jsd_forward(si, sw, ti, tw, accum)) if accum is None else float("nan")
-    _, codes = run_and_get_code(torch.compile(jsd_forward), si, sw, ti, tw, accum)
+    with inductor_estimates() as estimates:
+        _, codes = run_and_get_code(torch.compile(jsd_forward), si, sw, ti, tw, accum)
     peak, kinds = wrapper_peak(codes[0])
     chunk_rows = min(1 << math.ceil(math.log2(-(-bt // -(-v // hs)))), bt)
     from torch._dynamo.utils import counters
