@@ -440,8 +440,9 @@ def kl_div_loop_case(dtype, bt=256):
 @pytest.mark.parametrize("case", [jsd_loop_case, kl_div_loop_case], ids=["jsd", "kl_div"])
 def test_traced_loss_loops_accumulate_each_chunk_once_paired_or_in_place(case, monkeypatch):
     """Under ``loop``, the chunks of JSD's and KL-div's weight-gradient accumulation keep
-    their order (chunk_order), and each is merged with its neighbour (accumulate_pairs, on
-    the pair kernel on Hopper) or accumulated in place (reinplace)."""
+    their order (chunk_order), consecutive chunks are merged in pairs (accumulate_pairs, on
+    the pair kernel on Hopper), and every accumulation step, a pair or a chunk left alone,
+    runs in place (reinplace): one step per chunk not merged into the step before it."""
     monkeypatch.setenv("INDUCTOR_ADDMM_FIX_LIGER_HEAD", "loop")
     torch._dynamo.reset()
     counters[COUNTER].clear()
@@ -453,7 +454,8 @@ def test_traced_loss_loops_accumulate_each_chunk_once_paired_or_in_place(case, m
     in_place = sum(n for name, n in seen.items() if name.endswith(":accumulate_in_place"))
     assert seen.get("liger_head:dispatch:traced", 0) > 0, seen
     assert chunks > 1, seen
-    assert 2 * seen.get("accumulate_pairs:pairs", 0) + in_place == chunks, seen
+    assert seen.get("accumulate_pairs:pairs", 0) > 0, seen
+    assert in_place == chunks - seen["accumulate_pairs:pairs"], seen
     if torch.cuda.get_device_capability()[0] == 9:
         assert seen.get("pair:hopper_accumulate", 0) == seen.get("accumulate_pairs:pairs", 0), seen
 
