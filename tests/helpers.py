@@ -195,6 +195,18 @@ def family_ops():
     return [getattr(getattr(torch.ops.aten, name), which) for name in FAMILY for which in ("dtype", "dtype_out")]
 
 
+@contextlib.contextmanager
+def liger_distill_mimic():
+    """``tests/liger_distill_mimic.py`` imported as Liger's fused linear JSD and KL-div
+    modules, for the duration: yields (the JSD module, the KL-div module)."""
+    from inductor_addmm_fix.dynamo.liger_distill_head import FORWARDS
+
+    path = os.path.join(os.path.dirname(__file__), "liger_distill_mimic.py")
+    jsd, kl_div = (FORWARDS[f].module for f in ("fused_linear_jsd_forward", "fused_linear_kl_div_forward"))
+    with liger_mimic(path, jsd) as jsd_module, liger_mimic(path, kl_div) as kl_div_module:
+        yield jsd_module, kl_div_module
+
+
 def graph_breaks() -> int:
     """The graph breaks Dynamo counted (``counters["graph_break"]``) since they were cleared."""
     from torch._dynamo.utils import counters

@@ -10,8 +10,8 @@ plus Dynamo's overhead (1.004-1.006x on an H100).  Compiled with the call traced
 ran at 0.66-0.73x eager's time, but with 93-376 MiB more memory than eager and a compile
 of 18-76 s per static length (docs/gpu-results.md), and a loop whose chunk count changes
 with the length compiles again at every count, as FLCE's did.  So this runs only where
-the user asked for compiled loops: with the ``loop`` setting; ``auto`` and ``opaque``
-leave the loops eager.
+the user asked for compiled loops: with the ``loop`` setting; under ``auto`` and
+``opaque`` each of these forwards is one opaque op (``dynamo/liger_distill_head.py``).
 
 Where Dynamo is about to skip a call of Liger's ``dispatch`` for ``jsd_loss_and_grad``
 or ``kl_loss_and_grad`` with no implementation asked for, we resolve the implementation

@@ -41,6 +41,10 @@ Which calls, ``INDUCTOR_ADDMM_FIX_LIGER_HEAD``:
   loops of Liger's JSD and KL-div: ``dynamo/liger_dispatch.py``);
 * ``opaque``: always the opaque op (the shortest compile, eager's speed for the head).
 
+Liger's fused linear JSD and KL-div take an op of their own under ``auto`` and
+``opaque``, never promoted to their loop (``dynamo/liger_distill_head.py``, called from
+the same redirect).
+
 Only a Liger forward this module recognises is redirected: the function of that name
 in ``liger_kernel.ops.fused_linear_cross_entropy``, with Liger's parameters (those of
 0.8.1 through 0.8.5 and the nightly, see :data:`PARAMETERS`), returning Liger's seven
@@ -66,7 +70,7 @@ from ..patching.declare import Decision, needed, require
 from ..patching.registry import Patch
 from ..patching.slots import Attribute
 from ..patching.warn import warn_once
-from . import liger_head_op
+from . import liger_distill_head, liger_head_op
 from .liger_head_op import BACKWARD, BACKWARD_PARAMETERS, BACKWARD_SOURCE, COUNTED, FUNCTION, MODULE, TENSORS
 from .liger_head_op import liger_flce_forward, opaque_forward
 from .liger_head_op import VARIABLE  # noqa: F401  (the setting's name, for messages and tests)
@@ -272,6 +276,10 @@ def redirect(stock: Callable[..., Any]) -> Callable[..., Any]:
 
     def call_function(self, tx, args, kwargs):
         fn = getattr(self, "fn", None)
+        if liger_distill_head.forward_of(fn) is not None or liger_distill_head.is_backward(fn):
+            variable = liger_distill_head.traced(fn, tx, args, kwargs, mode(), call_function.stock, _warn_once)
+            if variable is not None:
+                return variable
         if is_liger_backward(fn) and mode() != "loop" and not _a_frame_of_its_own(tx, fn):
             if backward_recognised(fn):
                 count(COUNTED, "backward")

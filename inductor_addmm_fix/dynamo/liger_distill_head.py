@@ -1,0 +1,275 @@
+"""Dynamo: Liger's fused linear JSD and KL-div forwards as one opaque op, and their
+backwards without their branch.
+
+Liger 0.8.5's ``fused_linear_jsd_forward`` and ``fused_linear_kl_div_forward`` call their
+per-chunk kernel through a ``torch.compiler.disable``'d ``dispatch()``: Dynamo breaks
+the graph inside the chunk loop, cannot resume in a loop, and runs the whole forward
+eagerly, at eager's speed plus the breaks' host time (1.004-1.006x on an H100).  Liger
+0.8.1's JSD has no ``dispatch``, so Dynamo unrolls its loop and compiles it again at every
+chunk count, as FLCE's.  Their backwards branch on ``grad_output == 1`` (data), which
+breaks the graph at their autograd Function.
+
+Under ``INDUCTOR_ADDMM_FIX_LIGER_HEAD=auto`` and ``opaque``, where Dynamo is about to
+inline one of these forwards, it traces a call of
+``inductor_addmm_fix::liger_distill_forward`` instead: a custom op whose kernel is
+Liger's own forward, run as eager runs it, and whose fake kernel gives the shapes of its
+three outputs (the loss, the input's and the weight's gradients).  Where it is about to
+inline their backward with their Function, it traces
+:func:`liger_head_op.scaled_gradients` (the same products without the branch).  The
+Function then joins the model's graph: one graph for any token count, eager's speed,
+memory and results for the loss.  Under ``loop`` nothing here acts (the chunk loops are
+compiled: ``dynamo/liger_dispatch.py``).
+
+Only a forward this module recognises is redirected: the function of that name in Liger's
+module, with Liger's parameters (0.8.1 through 0.8.5 and the nightly, see
+:data:`FORWARDS`) and return line.  Another is traced as before, with one warning.  A call
+whose options are not constants is traced as before too.
+
+Upstream: none (Liger's choice, reported in docs/upstream/liger-compile-graph-breaks.md;
+Dynamo unrolls a Python loop by design).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+import json
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ..patching.counters import count
+from ..patching.warn import warn_once
+from .liger_head_op import COUNTED, _kwargs, _options, scaled_gradients, signature
+
+OP = "inductor_addmm_fix::liger_distill_forward"
+
+
+@dataclass(frozen=True)
+class Forward:
+    """A Liger forward this module stands the op in for."""
+
+    loss: str  # the loss's name in messages and counters
+    module: str
+    function: str
+    backward: str
+    tensors: tuple  # its tensor parameters, in the op's order: (student input, student weight, ...)
+    scalars: frozenset  # its other parameters
+    returns: tuple  # its return line, as each known Liger writes it
+
+
+FORWARDS = {
+    f.function: f
+    for f in (
+        Forward(
+            "jsd", "liger_kernel.ops.fused_linear_jsd", "fused_linear_jsd_forward", "fused_linear_jsd_backward",
+            ("student_input", "student_weight", "teacher_input", "teacher_weight", "shift_labels"),
+            frozenset({"jsd_beta", "ignore_index", "has_label", "temperature", "jsd_impl", "jsd_mode", "accum_dtype"}),
+            ("return total_loss, grad_input, grad_weight", "return loss, grad_input, grad_weight"),
+        ),
+        Forward(
+            "kl_div", "liger_kernel.ops.fused_linear_kl_div", "fused_linear_kl_div_forward",
+            "fused_linear_kl_div_backward", ("student_input", "student_weight", "target", "shift_labels"),
+            frozenset({"reduction", "ignore_index", "has_label", "temperature", "eps", "accum_dtype"}),
+            ("return loss, grad_input, grad_weight",),
+        ),
+    )
+}  # fmt: skip
+#: Liger's backwards as this module knows them: parameters, the lines of the test that
+#: skips the scaling at 1.0 (either spelling), and the return line
+BACKWARD_PARAMETERS = ["grad_output", "grad_input", "grad_weight"]
+BACKWARD_TESTS = ("torch.equal(grad_output, torch.tensor(1.0, device=grad_output.device))",
+                  "torch.ne(grad_output, torch.tensor(1.0, device=grad_output.device))")  # fmt: skip
+BACKWARD_RETURN = "return grad_input, grad_weight"
+
+
+def forward_of(fn: Any) -> Forward | None:
+    """The :class:`Forward` that ``fn`` is by its name and module, else None."""
+    spec = FORWARDS.get(getattr(fn, "__name__", None))
+    return spec if spec is not None and getattr(fn, "__module__", None) == spec.module else None
+
+
+def is_backward(fn: Any) -> bool:
+    name, module = getattr(fn, "__name__", None), getattr(fn, "__module__", None)
+    return any(name == f.backward and module == f.module for f in FORWARDS.values())
+
+
+@functools.lru_cache(maxsize=8)
+def backward_recognised(fn: Callable) -> bool:
+    """Whether ``fn`` is a Liger backward :func:`liger_head_op.scaled_gradients` stands for."""
+    try:
+        names = list(signature(fn).parameters)
+        source = " ".join(inspect.getsource(fn).split())
+    except (TypeError, ValueError, OSError):
+        return False
+    return names == BACKWARD_PARAMETERS and BACKWARD_RETURN in source and any(t in source for t in BACKWARD_TESTS)
+
+
+@functools.lru_cache(maxsize=8)
+def recognised(fn: Callable) -> str | None:
+    """None where ``fn`` is a Liger forward this module knows, else why not."""
+    spec = forward_of(fn)
+    try:
+        parameters = signature(fn).parameters
+        source = " ".join(inspect.getsource(fn).split())
+    except (TypeError, ValueError, OSError) as error:
+        return f"its source cannot be read ({type(error).__name__})"
+    names = list(parameters)
+    if names[:2] != list(spec.tensors[:2]):
+        return f"its first parameters are {names[:2]}"
+    unknown = [n for n in names if n not in spec.tensors and n not in spec.scalars]
+    if unknown:
+        return f"it takes parameters this package does not know: {', '.join(unknown)}"
+    if {p.kind for p in parameters.values()} - {inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY}:
+        return "it takes *args or **kwargs"
+    if not any(line in source for line in spec.returns):
+        return "it does not return Liger's three values"
+    return None
+
+
+# ---------------------------------------------------------------- the op
+def _run_liger(tensors, options: str):
+    """The op's kernel: Liger's forward as its autograd.Function runs it (grad mode off;
+    the weight's ``requires_grad`` as it was when the graph was traced)."""
+    import torch
+
+    chosen = _options(options)
+    spec = FORWARDS[chosen["function"]]
+    forward = getattr(importlib.import_module(spec.module), spec.function)
+    named = dict(zip(spec.tensors, tensors))
+    named["student_weight"] = named["student_weight"].detach().requires_grad_(chosen["weight_grad"])
+    count(COUNTED, f"{spec.loss}:run")
+    with torch.no_grad():
+        outputs = forward(**{k: v for k, v in named.items() if k in signature(forward).parameters}, **_kwargs(chosen))
+    student_input, weight = tensors[0], tensors[1]
+    expected = _expected(chosen, student_input, weight)
+    result = []
+    for name, value, want in zip(("loss", "grad_input", "grad_weight"), outputs, expected):
+        got = None if value is None else (tuple(value.shape), value.dtype)
+        if got != want:
+            raise RuntimeError(
+                f"inductor_addmm_fix: Liger's {spec.function} returned {name} as {got}, where the compiled graph "
+                f"expects {want}; run with INDUCTOR_ADDMM_FIX_LIGER_HEAD=loop and report it"
+            )
+        result.append(student_input.new_empty(0) if value is None else value)
+    return result
+
+
+def _expected(chosen: dict, student_input, weight) -> list:
+    import torch
+
+    return [
+        ((), torch.float32),
+        (tuple(student_input.shape), student_input.dtype),
+        (tuple(weight.shape), weight.dtype) if chosen["weight_grad"] else None,
+    ]
+
+
+def _fake(tensors, options: str):
+    student_input, weight = tensors[0], tensors[1]
+    return [
+        student_input.new_empty(0) if want is None else student_input.new_empty(want[0], dtype=want[1])
+        for want in _expected(_options(options), student_input, weight)
+    ]
+
+
+@functools.lru_cache(maxsize=None)
+def liger_distill_forward():
+    """``torch.ops.inductor_addmm_fix.liger_distill_forward``, registered at first use."""
+    import torch
+
+    namespace, name = OP.split("::")
+    if not hasattr(getattr(torch.ops, namespace), name):
+        # Liger's forwards read a count with .item(): CUDA graphs capture around them
+        unsafe = getattr(torch.Tag, "cudagraph_unsafe", None)
+        torch.library.define(OP, "(Tensor?[] tensors, str options) -> Tensor[]", tags=(unsafe,) if unsafe is not None else ())
+        torch.library.impl(OP, "CompositeExplicitAutograd")(_run_liger)
+        torch.library.register_fake(OP)(_fake)
+    return getattr(getattr(torch.ops, namespace), name).default
+
+
+def opaque_forward(options, weight_grad, *tensors):
+    """What Dynamo traces in place of Liger's forward: the op, and None for the weight's
+    gradient where Liger returns None."""
+    import torch
+
+    out = torch.ops.inductor_addmm_fix.liger_distill_forward(list(tensors), options)
+    return out[0], out[1], out[2] if weight_grad else None
+
+
+def scaled_pair(grad_output, grad_input, grad_weight):
+    """What Dynamo traces in place of Liger's JSD and KL-div backward."""
+    grad_input, grad_weight, _ = scaled_gradients(grad_output, grad_input, grad_weight, None)
+    return grad_input, grad_weight
+
+
+# ---------------------------------------------------------------- the redirect
+def opaque_call(fn: Callable, args: list, kwargs: dict, constant: Callable, plain: Callable):
+    """(tensor variables, options, weight_grad) for a call of a Liger forward that the op
+    can take, else None.  ``constant`` and ``plain`` are :mod:`liger_head`'s readers of a
+    traced argument."""
+    import torch
+    from torch._dynamo.variables import TensorVariable
+
+    spec = forward_of(fn)
+    try:
+        bound = signature(fn).bind(*args, **kwargs)
+    except TypeError:
+        return None
+    tensors, scalars = {}, {}
+    for name, variable in bound.arguments.items():
+        if name in spec.tensors and isinstance(variable, TensorVariable):
+            tensors[name] = variable
+            continue
+        is_constant, value = constant(variable)
+        if not is_constant or not plain(value) or (name in spec.tensors and value is not None):
+            count(COUNTED, f"{spec.loss}:loop:not_constant")
+            return None
+        if name not in spec.tensors:
+            scalars[name] = str(value).removeprefix("torch.") if isinstance(value, torch.dtype) else value
+    if not all(n in tensors for n in spec.tensors[:2]):
+        return None
+    weight = tensors["student_weight"].as_proxy().node.meta.get("example_value")
+    if weight is None:
+        return None
+    options = {"function": spec.function, "kwargs": scalars, "weight_grad": bool(weight.requires_grad)}
+    return [tensors.get(n) for n in spec.tensors], json.dumps(options, sort_keys=True), options["weight_grad"]
+
+
+def traced(fn: Callable, tx, args: list, kwargs: dict, chosen: str, stock: Callable, warn: Callable):
+    """The variable Dynamo gets for a call of a Liger JSD or KL-div forward or backward
+    under ``chosen`` (``auto``/``opaque``), or None where it traces the call as before.
+    ``stock`` is Dynamo's ``UserFunctionVariable.call_function``; ``warn(key, message)``
+    warns once."""
+    from torch._dynamo.variables import ConstantVariable
+    from torch._dynamo.variables.functions import UserFunctionVariable
+
+    from .liger_head import _a_frame_of_its_own, _constant, _plain
+
+    if chosen == "loop":
+        return None
+    if is_backward(fn):
+        if _a_frame_of_its_own(tx, fn):
+            return None
+        if not backward_recognised(fn):
+            count(COUNTED, "distill:backward:unrecognised")
+            return None
+        count(COUNTED, "distill:backward")
+        return stock(UserFunctionVariable(scaled_pair), tx, args, kwargs)
+    spec = forward_of(fn)
+    if spec is None:
+        return None
+    why_not = recognised(fn)
+    if why_not is not None:
+        warn(f"unknown:{spec.function}:{why_not}", f"inductor_addmm_fix: Liger's {spec.function} is not one this "
+             f"package recognises ({why_not}): it is compiled as Dynamo traces it")  # fmt: skip
+        return None
+    call = opaque_call(fn, list(args), dict(kwargs), _constant, _plain)
+    if call is None:
+        return None
+    tensors, options, weight_grad = call
+    liger_distill_forward()  # registered before Dynamo traces a call of it
+    count(COUNTED, f"{spec.loss}:opaque")
+    items = [t if t is not None else ConstantVariable.create(None) for t in tensors]
+    new_args = [ConstantVariable.create(options), ConstantVariable.create(weight_grad), *items]
+    return stock(UserFunctionVariable(opaque_forward), tx, new_args, {})

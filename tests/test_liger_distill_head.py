@@ -1,0 +1,275 @@
+"""Liger's fused linear JSD and KL-div under ``torch.compile``: under ``auto`` and
+``opaque`` their forward is one opaque op (Liger's own function) and their backward the
+package's branch-free product, so their autograd Function joins the model's graph with
+eager's results and one graph serves every length (``dynamo/liger_distill_head.py``);
+under ``loop`` they are traced as Dynamo traces them.  On the CPU, with
+``tests/liger_distill_mimic.py`` standing for Liger's modules."""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from torch._dynamo.utils import counters
+
+from helpers import graph_breaks, liger_distill_mimic, liger_mimic, many_recompiles
+from inductor_addmm_fix.dynamo import liger_distill_head, liger_head, liger_head_op
+from inductor_addmm_fix.patching import warn
+from inductor_addmm_fix.patching.counters import COUNTER
+
+H, TEACHER_H, V = 16, 24, 128  # chunks of next_power_of_2(cdiv(BT, 8)) rows
+LOSSES = ("jsd", "kl_div")
+#: token counts giving Liger 6, 7, 5, 8 and 6 chunks
+LENGTHS = (41, 49, 17, 57, 21)
+
+
+@pytest.fixture(autouse=True)
+def fresh_counters():
+    counters.clear()
+    liger_head_op.reset_tiers()
+    yield
+
+
+def events(name: str) -> int:
+    return counters[COUNTER].get(f"liger_head:{name}", 0)
+
+
+def inputs(loss: str, rows: int, *, dtype=torch.float32, labels=False, weight_grad=True, seed=0):
+    """The tensors of a call of ``loss``'s Function before its options: the student's
+    input and weight, then the teacher's input and weight (JSD) or the target
+    distribution (KL-div), then the labels."""
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(rows, H, generator=generator, dtype=dtype).requires_grad_()
+    w = (torch.randn(V, H, generator=generator, dtype=dtype) * 0.3).requires_grad_(weight_grad)
+    if loss == "jsd":
+        other = [torch.randn(rows, TEACHER_H, generator=generator, dtype=dtype),
+                 torch.randn(V, TEACHER_H, generator=generator, dtype=dtype) * 0.3]  # fmt: skip
+    else:
+        other = [torch.softmax(torch.randn(rows, V, generator=generator), -1).to(dtype)]
+    shift_labels = None
+    if labels:
+        shift_labels = torch.randint(0, V, (rows,), generator=generator)
+        shift_labels[::5] = -100
+    return [x, w, *other, shift_labels]
+
+
+def clones(tensors):
+    return [t if t is None or not t.requires_grad and t.grad_fn is None and not t.is_leaf else
+            t.detach().clone().requires_grad_(t.requires_grad) for t in tensors]  # fmt: skip
+
+
+def head(modules, loss: str, scale: float = 3.0, **options):
+    """A model's end: an exact op before Liger's Function, the loss scaled after it
+    (Liger's backward scales its saved gradients where ``grad_output`` is not 1)."""
+    jsd, kl_div = modules
+
+    def run(x, w, *rest):
+        if loss == "jsd":
+            tx, tw, labels = rest
+            out = jsd.LigerFusedLinearJSDFunction.apply(
+                x * 2, w, tx, tw, labels, options.get("jsd_beta", 0.5), -100, options.get("temperature", 1.0),
+                options.get("accum_dtype"),
+            )  # fmt: skip
+        else:
+            target, labels = rest
+            out = kl_div.LigerFusedLinearKLDIVFunction.apply(
+                x * 2, w, target, labels, options.get("reduction", "batchmean"), -100,
+                options.get("temperature", 1.0), 1e-10, options.get("accum_dtype"),
+            )  # fmt: skip
+        return out * scale
+
+    return run
+
+
+def step(fn, tensors):
+    loss = fn(*tensors)
+    loss.backward()
+    return loss.detach(), [t.grad for t in tensors[:2]]
+
+
+def assert_same(got, want):
+    (loss, grads), (want_loss, want_grads) = got, want
+    assert loss.dtype == want_loss.dtype == torch.float32
+    assert torch.equal(loss, want_loss)
+    for a, b in zip(grads, want_grads):
+        assert (a is None) == (b is None)
+        if b is not None:
+            assert a.dtype == b.dtype and torch.equal(a, b)
+
+
+def reference(loss: str, tensors, scale: float = 3.0, temperature: float = 1.0, jsd_beta: float = 0.5):
+    """The loss of the whole logits in float64, and its gradients by autograd."""
+    x, w = (t.detach().double().requires_grad_(t.requires_grad) for t in tensors[:2])
+    labels = tensors[-1]
+    keep = torch.ones(x.shape[0], dtype=torch.bool) if labels is None else labels != -100
+    log_q = torch.log_softmax((x * 2) @ w.t() / temperature, -1)
+    if loss == "jsd":
+        tx, tw = (t.double() for t in tensors[2:4])
+        log_p = torch.log_softmax(tx @ tw.t() / temperature, -1)
+        p, q = log_p.exp(), log_q.exp()
+        log_m = (jsd_beta * p + (1 - jsd_beta) * q).log()
+        rows = (jsd_beta * p * (log_p - log_m) + (1 - jsd_beta) * q * (log_q - log_m)).sum(-1)
+    else:
+        t = tensors[2].double()
+        rows = (t * (t.clamp_min(1e-10).log() - log_q)).sum(-1)
+    value = (rows * keep).sum() / keep.sum() * scale
+    value.backward()
+    return value.detach(), [x.grad, w.grad]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("loss", LOSSES)
+def test_the_function_joins_the_model_s_graph_with_eager_s_results(loss, dtype):
+    """One graph, no break (Liger's chunk kernel behind its ``dispatch()`` and its backward's
+    test on data included), the op run, and eager's loss and gradients bit for bit."""
+    with liger_distill_mimic() as modules:
+        fn = head(modules, loss)
+        tensors = inputs(loss, 40, dtype=dtype, labels=True)
+        got = step(torch.compile(fn), tensors)
+        want = step(fn, clones(tensors))
+    assert graph_breaks() == 0
+    assert counters["stats"]["unique_graphs"] == 1
+    assert events(f"{loss}:run") == 1 and events("distill:backward") == 1
+    assert_same(got, want)
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+def test_a_gradient_of_one_leaves_the_saved_gradients_as_they_are(loss):
+    with liger_distill_mimic() as modules:
+        fn = head(modules, loss, scale=1.0)
+        tensors = inputs(loss, 40, dtype=torch.bfloat16)
+        got = step(torch.compile(fn), tensors)
+        want = step(fn, clones(tensors))
+    assert graph_breaks() == 0
+    assert_same(got, want)
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+def test_changing_lengths_compile_two_graphs_and_no_more(loss):
+    """Automatic dynamic shapes: the first length compiles a static graph, the second a
+    symbolic one, which every later length, of every chunk count, runs; each result is
+    float64's within float32's error."""
+    with liger_distill_mimic() as modules, many_recompiles():
+        fn = torch.compile(head(modules, loss))
+        after = []
+        for seed, rows in enumerate(LENGTHS):
+            tensors = inputs(loss, rows, labels=True, seed=seed)
+            got_loss, got_grads = step(fn, tensors)
+            want_loss, want_grads = reference(loss, tensors)
+            torch.testing.assert_close(got_loss.double(), want_loss, rtol=1e-5, atol=1e-6)
+            for a, b in zip(got_grads, want_grads):
+                torch.testing.assert_close(a.double(), b, rtol=1e-4, atol=1e-6)
+            after.append(counters["stats"]["unique_graphs"])
+    assert after == [1] + [2] * (len(LENGTHS) - 1), after
+    assert events(f"{loss}:run") == len(LENGTHS)
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+def test_dynamic_true_takes_the_op_at_the_first_compile(loss):
+    """``dynamic=True`` makes the Function's int and float options symbolic: they are
+    specialised, and the op is taken."""
+    with liger_distill_mimic() as modules:
+        fn = head(modules, loss, temperature=2.0)
+        tensors = inputs(loss, 40, labels=True)
+        got = step(torch.compile(fn, dynamic=True), tensors)
+        want = step(fn, clones(tensors))
+    assert events(f"{loss}:opaque") >= 1 and graph_breaks() == 0
+    assert_same(got, want)
+
+
+OPTIONS = {
+    "jsd": {
+        "beta-0": dict(jsd_beta=0.0),
+        "beta-1": dict(jsd_beta=1.0),
+        "beta-0.25-temperature-2": dict(jsd_beta=0.25, temperature=2.0),
+        "labels": dict(labels=True),
+        "accum-fp32": dict(accum_dtype=torch.float32, dtype=torch.bfloat16),
+        "weight-frozen": dict(weight_grad=False),
+    },
+    "kl_div": {
+        "sum": dict(reduction="sum"),
+        "mean": dict(reduction="mean"),
+        "temperature-2": dict(temperature=2.0),
+        "labels": dict(labels=True),
+        "accum-fp32": dict(accum_dtype=torch.float32, dtype=torch.bfloat16),
+        "weight-frozen": dict(weight_grad=False),
+    },
+}
+CASES = [(loss, options) for loss in LOSSES for options in OPTIONS[loss].values()]
+IDS = [f"{loss}-{name}" for loss in LOSSES for name in OPTIONS[loss]]
+
+
+@pytest.mark.parametrize("loss, options", CASES, ids=IDS)
+def test_every_option_gives_eager_s_results(head_mode, loss, options):
+    head_mode("opaque")
+    options = dict(options)
+    shape = {k: options.pop(k) for k in ("dtype", "labels", "weight_grad") if k in options}
+    with liger_distill_mimic() as modules:
+        fn = head(modules, loss, **options)
+        tensors = inputs(loss, 40, **shape)
+        got = step(torch.compile(fn), tensors)
+        want = step(fn, clones(tensors))
+    assert events(f"{loss}:run") == 1
+    assert_same(got, want)
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+def test_the_loop_setting_leaves_the_function_as_dynamo_traces_it(head_mode, loss):
+    """Under ``loop`` neither the op nor the branch-free backward: the mimic's chunk
+    kernel, behind a ``torch.compiler.disable``'d function, breaks the graph."""
+    head_mode("loop")
+    with liger_distill_mimic() as modules:
+        fn = head(modules, loss)
+        tensors = inputs(loss, 40)
+        got = step(torch.compile(fn), tensors)
+        want = step(fn, clones(tensors))
+    assert events(f"{loss}:opaque") == 0 and events("distill:backward") == 0
+    assert graph_breaks() > 0
+    torch.testing.assert_close(got[0], want[0])
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+def test_a_forward_the_package_does_not_recognise_is_traced_with_one_warning(tmp_path, monkeypatch, loss):
+    monkeypatch.setattr(liger_head, "_warned", set())
+    monkeypatch.setattr(warn, "_warned", set())
+    spec = next(f for f in liger_distill_head.FORWARDS.values() if f.loss == loss)
+    original = (Path(__file__).parent / "liger_distill_mimic.py").read_text()
+    start = original.index(f"def {spec.function}(")
+    end = original.index("):", start)
+    changed = original[:end] + "    unknown_option=None,\n" + original[end:]
+    assert changed != original
+    (tmp_path / "changed.py").write_text(changed)
+    with liger_mimic(str(tmp_path / "changed.py"), spec.module) as module, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        modules = (module, module)
+        fn = head(modules, loss)
+        tensors = inputs(loss, 40)
+        got = step(torch.compile(fn), tensors)
+        want = step(fn, clones(tensors))
+    said = [str(w.message) for w in caught if "not one this package recognises" in str(w.message)]
+    assert len(said) == 1 and "unknown_option" in said[0], said
+    assert events(f"{loss}:run") == 0
+    torch.testing.assert_close(got[0], want[0])
+
+
+def test_the_op_says_so_where_liger_returns_another_shape(monkeypatch):
+    """Liger's forward run by the op returns what the graph was traced for, or the op
+    raises with the setting that avoids it."""
+    with liger_distill_mimic() as (jsd, _):
+        fn = head((jsd, None), "jsd")
+        tensors = inputs("jsd", 40)
+        compiled = torch.compile(fn)
+        step(compiled, tensors)
+        real = jsd.fused_linear_jsd_forward
+
+        @functools.wraps(real)
+        def loss_of_another_shape(*args, **kwargs):
+            loss, *rest = real(*args, **kwargs)
+            return (loss.reshape(1), *rest)
+
+        monkeypatch.setattr(jsd, "fused_linear_jsd_forward", loss_of_another_shape)
+        with pytest.raises(RuntimeError, match="INDUCTOR_ADDMM_FIX_LIGER_HEAD=loop"):
+            step(compiled, inputs("jsd", 40, seed=1))
