@@ -110,6 +110,28 @@ def test_flce_loop_in_pairs_keeps_every_chunks_logits_matmul_in_order():
         torch.testing.assert_close(got.double(), want, rtol=2e-2, atol=2e-2)  # bf16 operands
 
 
+def two_heads_in_chunks(acc, x, w, tx, tw):
+    """JSD's loop: per chunk two logits matmuls of one size (the student's and the
+    teacher's), their softmax difference as the chunk's gradient, one accumulation step."""
+    for start in range(0, x.shape[0], CHUNK):
+        x_k = x[start : start + CHUNK]
+        g = torch.softmax(x_k @ w.t(), -1) - torch.softmax(tx[start : start + CHUNK] @ tw.t(), -1)
+        acc = torch.addmm(acc, g.t(), x_k)
+    return acc
+
+
+def test_each_chunk_of_a_merged_pair_has_its_own_root_where_a_chunk_has_two_matmuls_of_one_size():
+    """The two largest matmuls of a pair's work are one chunk's student and teacher logits:
+    ``chunk_order`` finds each chunk's root from the chunk's own operands, recorded on the
+    merged step, so that both chunks of every pair keep their order."""
+    args = torch.randn(V, H), torch.randn(BT, H), torch.randn(V, H), torch.randn(BT, 2 * H), torch.randn(V, 2 * H)
+    graph = graph_of(two_heads_in_chunks, *args)
+    assert accumulate_pairs.accumulate_in_pairs(graph) == BT // CHUNK // 2
+    (chain,) = chunk_order.accumulation_chains(graph)
+    roots = chunk_order.chunk_roots(chain)
+    assert [root.args[0].args[2] for root in roots] == list(range(0, BT, CHUNK))  # a slice per chunk, in order
+
+
 def test_flce_loop_in_pairs_holds_at_most_three_chunks_of_logits():
     """A pair's first chunk of dlogits waits for the second, plus their ``cat``: one or two
     chunks more than chunk by chunk, never the whole logits matrix."""

@@ -384,11 +384,31 @@ def assert_compiled_matches_eager(fn, x, w, dtype, *, loops_traced=False):
 
 @pytest.fixture(params=["auto", "loop"])
 def loss_loops(request, monkeypatch):
-    """The setting under which JSD and KL-div compile: ``auto`` leaves their loops eager
-    (Liger's dispatch() is compiler-disabled), ``loop`` traces them."""
+    """The setting under which JSD and KL-div compile: ``auto`` takes the package's op
+    for their forward (Liger's own function), ``loop`` traces their loops."""
     monkeypatch.setenv("INDUCTOR_ADDMM_FIX_LIGER_HEAD", request.param)
     torch._dynamo.reset()
     return request.param == "loop"
+
+
+def assert_compiled_runs_liger_s_op(fn, x, w, loss):
+    """Under ``auto``: one graph, no break, Liger's forward run once by the package's op,
+    and eager's loss and gradients bit for bit (the same code on the same inputs)."""
+
+    def run_once(f):
+        x.grad = w.grad = None
+        value = f(x, w)
+        value.backward()
+        return [value.detach(), x.grad, w.grad]
+
+    eager = run_once(fn)
+    counters.clear()
+    compiled = run_once(torch.compile(fn))
+    seen = dict(counters[COUNTER])
+    assert seen.get(f"liger_head:{loss}:run") == 1 and seen.get("liger_head:distill:backward") == 1, seen
+    assert sum(counters["graph_break"].values()) == 0, dict(counters["graph_break"])
+    for c, e in zip(compiled, eager):
+        assert c.dtype == e.dtype and torch.equal(c, e)
 
 
 def student(dtype, bt=4 * 47, h=31, v=123):
@@ -407,6 +427,8 @@ def test_fused_linear_jsd_matches_eager(dtype, loss_loops):
     def fn(s_x, s_w):
         return liger.liger_fused_linear_jsd(s_x, s_w, t_x, t_w, accum_dtype=torch.float32)
 
+    if not loss_loops:
+        return assert_compiled_runs_liger_s_op(fn, s_x, s_w, "jsd")
     assert_compiled_matches_eager(fn, s_x, s_w, dtype, loops_traced=loss_loops)
 
 
@@ -419,6 +441,8 @@ def test_fused_linear_kl_div_matches_eager(dtype, loss_loops):
     def fn(x, w):
         return liger.liger_fused_linear_kl_div(x, w, target, accum_dtype=torch.float32)
 
+    if not loss_loops:
+        return assert_compiled_runs_liger_s_op(fn, x, w, "kl_div")
     assert_compiled_matches_eager(fn, x, w, dtype, loops_traced=loss_loops)
 
 

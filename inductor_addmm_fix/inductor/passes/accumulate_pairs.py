@@ -58,7 +58,7 @@ from ...patching.declare import Decision, Unavailable, needed
 from . import post_grad_slot
 from . import pair_memory
 from .adjacent_slices import adjacent_slices
-from .fx_support import CHUNKS_PER_STEP, SPLITTERS, FakeValues, accumulation_ops, same_sizes, val
+from .fx_support import CHUNK_OPERANDS, CHUNKS_PER_STEP, SPLITTERS, FakeValues, accumulation_ops, same_sizes, val
 
 aten = torch.ops.aten
 log = logging.getLogger(__name__)
@@ -183,12 +183,18 @@ def _merge(graph: fx.Graph, first: fx.Node, second: fx.Node) -> fx.Node | None:
         with mode:
             g_t.meta["val"] = aten.permute.default(g_cat.meta["val"], [1, 0])
             merged.meta["val"] = second.target(val(first.args[0]), g_t.meta["val"], x_cat.meta["val"], *second.args[3:])
-    return _take_over(graph, first, second, merged, (merged, x_cat, g_t, g_cat))
+    return _take_over(graph, first, second, merged, (merged, x_cat, g_t, g_cat), [[g[0]], [g[1]]])
 
 
-def _take_over(graph: fx.Graph, first: fx.Node, second: fx.Node, merged: fx.Node, made: tuple) -> fx.Node | None:
+def _chunk_operands(step: fx.Node, own: list) -> list:
+    return step.meta.get(CHUNK_OPERANDS) or [own]
+
+
+def _take_over(graph: fx.Graph, first: fx.Node, second: fx.Node, merged: fx.Node, made: tuple,
+               operands: list) -> fx.Node | None:  # fmt: skip
     """``merged`` in place of ``first`` and ``second`` where its value has ``second``'s
-    shape, strides and dtype; else None, the nodes ``made`` for it erased."""
+    shape, strides and dtype; else None, the nodes ``made`` for it erased.  ``operands``:
+    the nodes ``merged`` reads for each of the two steps (:data:`CHUNK_OPERANDS`)."""
     want, got = val(second), merged.meta["val"]
     if not (same_sizes(got.shape, want.shape) and same_sizes(got.stride(), want.stride()) and got.dtype == want.dtype):
         for n in made:
@@ -199,6 +205,7 @@ def _take_over(graph: fx.Graph, first: fx.Node, second: fx.Node, merged: fx.Node
         if key != "val":
             merged.meta.setdefault(key, value)
     merged.meta[CHUNKS_PER_STEP] = first.meta.get(CHUNKS_PER_STEP, 1) + second.meta.get(CHUNKS_PER_STEP, 1)
+    merged.meta[CHUNK_OPERANDS] = _chunk_operands(first, operands[0]) + _chunk_operands(second, operands[1])
     second.replace_all_uses_with(merged)
     graph.erase_node(second)
     graph.erase_node(first)
@@ -213,7 +220,7 @@ def _merge_split(graph: fx.Graph, first: fx.Node, second: fx.Node, op: Any) -> f
         merged = graph.call_function(op, args)
     with mode:
         merged.meta["val"] = op(*(val(a) for a in args))
-    return _take_over(graph, first, second, merged, (merged,))
+    return _take_over(graph, first, second, merged, (merged,), [list(args[1:3]), list(args[3:5])])
 
 
 def _how(chain: list[fx.Node]) -> tuple[str, list]:

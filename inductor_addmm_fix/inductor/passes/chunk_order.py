@@ -48,7 +48,7 @@ import torch.fx as fx
 from ...patching.counters import count
 from ...patching.declare import Decision, Unavailable, needed
 from . import post_grad_slot
-from .fx_support import CHUNKS_PER_STEP, accumulation_ops
+from .fx_support import CHUNK_OPERANDS, CHUNKS_PER_STEP, accumulation_ops
 
 aten = torch.ops.aten
 log = logging.getLogger(__name__)
@@ -133,26 +133,41 @@ def accumulation_chains(graph: fx.Graph) -> list[list[fx.Node]]:
     return chains
 
 
+def _chunk_operands(step: fx.Node, alive: set) -> list[list[fx.Node]]:
+    """The operands of each chunk a step accumulates: ``node.meta[CHUNK_OPERANDS]`` on a
+    merged step whose recorded operands are all still in the graph, else one group of all
+    its operands (``args[1:]``)."""
+    groups = step.meta.get(CHUNK_OPERANDS)
+    if groups and all(n in alive for group in groups for n in group):
+        return groups
+    return [[a for a in step.args[1:] if isinstance(a, fx.Node)]]
+
+
 def chunk_roots(chain: list[fx.Node]) -> list[fx.Node] | None:
-    """The chunks' root matmuls, in chunk order: for each step, the largest matmul among
-    the nodes that the step's operands (``args[1:]``) need and no earlier step needed
-    (earliest on ties), or the ``k`` largest where the step accumulates ``k`` chunks
-    (``node.meta[CHUNKS_PER_STEP]``, set by ``accumulate_pairs``).  None if a step has
-    none or two steps share one."""
-    order = {n: i for i, n in enumerate(chain[0].graph.nodes)}
+    """The chunks' root matmuls, in chunk order: for each chunk, the largest matmul among
+    the nodes that its operands need and no earlier chunk needed (earliest on ties).  A
+    step that ``accumulate_pairs`` merged has each chunk's operands recorded
+    (``node.meta[CHUNK_OPERANDS]``): each chunk gets its own root even where a chunk has
+    several matmuls of one size (JSD's student and teacher logits); without the record,
+    the ``k`` largest of the step's (``node.meta[CHUNKS_PER_STEP]``).  None if a chunk has
+    none or two chunks share one."""
+    graph = chain[0].graph
+    order = {n: i for i, n in enumerate(graph.nodes)}
     matmuls = _matmuls()
     seen: set[fx.Node] = set()
     roots: list[fx.Node] = []
     for step in chain:
-        needed = _ancestors([a for a in step.args[1:] if isinstance(a, fx.Node)])
-        new = needed - seen
-        seen |= needed
-        own = [n for n in new if n.op == "call_function" and n.target in matmuls and _tensor_val(n)]
-        if not own:
-            return None
-        chunks = step.meta.get(CHUNKS_PER_STEP, 1)
-        largest = sorted(own, key=lambda n: (-_numel(n), order[n]))[:chunks]
-        roots += sorted(largest, key=order.__getitem__)
+        groups = _chunk_operands(step, order.keys())
+        per_group = 1 if len(groups) > 1 else step.meta.get(CHUNKS_PER_STEP, 1)
+        for group in groups:
+            needed = _ancestors(group)
+            new = needed - seen
+            seen |= needed
+            own = [n for n in new if n.op == "call_function" and n.target in matmuls and _tensor_val(n)]
+            if not own:
+                return None
+            largest = sorted(own, key=lambda n: (-_numel(n), order[n]))[:per_group]
+            roots += sorted(largest, key=order.__getitem__)
     if len(set(roots)) != len(roots):
         return None
     return roots

@@ -17,6 +17,10 @@ aten = torch.ops.aten
 #: ``node.meta`` key: how many chunks an accumulation step accumulates (default 1); set by
 #: ``accumulate_pairs`` on a merged step, read by ``chunk_order``.
 CHUNKS_PER_STEP = "inductor_addmm_fix_chunks"
+#: ``node.meta`` key: on a merged step, each chunk's operands, in chunk order (a list of
+#: lists of nodes that the step reads); set by ``accumulate_pairs``, read by ``chunk_order``
+#: to find each chunk's own work where one chunk has several matmuls of one size.
+CHUNK_OPERANDS = "inductor_addmm_fix_chunk_operands"
 
 #: name -> ``takes(first, second)``: the op (``op(acc, a, b, a2, b2)``) that accumulates a
 #: pair of steps with each step's operands where they lie, or None where it does not take
