@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..patching.counters import count
-from ..patching.warn import warn_once
+from ..settings import LIGER_HEAD
 from .liger_head_op import COUNTED, _kwargs, _options, scaled_gradients, signature
 
 OP = "inductor_addmm_fix::liger_distill_forward"
@@ -149,7 +149,7 @@ def _run_liger(tensors, options: str):
         if got != want:
             raise RuntimeError(
                 f"inductor_addmm_fix: Liger's {spec.function} returned {name} as {got}, where the compiled graph "
-                f"expects {want}; run with INDUCTOR_ADDMM_FIX_LIGER_HEAD=loop and report it"
+                f"expects {want}; run with {LIGER_HEAD.variable}=loop and report it"
             )
         result.append(student_input.new_empty(0) if value is None else value)
     return result
