@@ -98,10 +98,32 @@ def _make_venv(root: Path, workdir: Path, cache_dir: Path) -> Python:
     return Python(executable, Path(purelib), workdir, cache_dir)
 
 
+def _checkout_files() -> list[str] | None:
+    """The files of the checkout, as git sees them (tracked, and untracked but not
+    ignored), or None where git cannot say."""
+    try:
+        listed = subprocess.run(
+            ["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            check=True, capture_output=True, text=True, timeout=TIMEOUT,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return [name for name in listed.split("\0") if name and (ROOT / name).is_file()]
+
+
 def _copy_checkout(dest: Path) -> Path:
-    """The checkout without build leftovers (a stale build/ or egg-info would leak in)."""
-    ignore = shutil.ignore_patterns(".git", "build", "dist", "*.egg-info", "__pycache__", ".venv", ".pytest_cache")
-    shutil.copytree(ROOT, dest, ignore=ignore)
+    """The checkout's own files, without what git ignores: build leftovers (a stale
+    build/ or egg-info would leak in) and local environments (venvs of other torch
+    releases, many GB each)."""
+    files = _checkout_files()
+    if files is None:
+        ignore = shutil.ignore_patterns(".git", "build", "dist", "*.egg-info", "__pycache__", ".venv", ".pytest_cache",
+                                        ".matrix", ".whl", ".hypothesis")  # fmt: skip
+        shutil.copytree(ROOT, dest, ignore=ignore)
+        return dest
+    for name in files:
+        (dest / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / name, dest / name)
     return dest
 
 
