@@ -29,7 +29,7 @@ import torch
 from ..patching.counters import count
 from ..patching.declare import Decision, needed, not_needed, require
 from ..patching.registry import Patch
-from ..patching.slots import Attribute
+from ..patching.slots import Attribute, stock_of
 
 NAME = "inductor.out_accumulations_allocate_nothing"
 RETIRED_BY = "none yet: compute_size_for_scheduler_buffer sizes an out= fallback by its users' outputs (torch 2.8-2.15)"
@@ -79,10 +79,7 @@ def sizes_multi_outputs_by_their_users() -> bool:
     buffer by its users' ``MultiOutput`` values (read from its source)."""
     from torch._inductor import memory
 
-    function = memory.compute_size_for_scheduler_buffer
-    while hasattr(function, "stock"):
-        function = function.stock
-    source = inspect.getsource(function)
+    source = inspect.getsource(stock_of(memory.compute_size_for_scheduler_buffer))
     return "MultiOutputLayout" in source and "sched_buf.users" in source
 
 

@@ -220,3 +220,11 @@ def innermost(value: Any) -> Any:
     while getattr(value, "splices", False):
         value = value.stock
     return value
+
+
+def stock_of(value: Any) -> Any:
+    """What is under every wrapper of this package, splicing or not: each names what it
+    wraps ``stock`` (what a probe of torch's own code reads)."""
+    while hasattr(value, "stock"):
+        value = value.stock
+    return value

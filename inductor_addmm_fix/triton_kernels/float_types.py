@@ -32,7 +32,7 @@ from typing import Any, Callable
 
 from ..patching.declare import Decision, needed, not_needed, require
 from ..patching.registry import Patch
-from ..patching.slots import Attribute
+from ..patching.slots import Attribute, stock_of
 
 NAME = "triton.float_arguments_as_fp32"
 SYMBOLIC_NAME = "triton.symbolic_float_arguments_as_floats"
@@ -55,10 +55,7 @@ def user_kernels_get_fp64_floats() -> bool:
 
 def stock_signature_of(triton_utils: Any) -> Callable[..., Any]:
     """torch's ``signature_of``, under this package's wrappers of it."""
-    function = triton_utils.signature_of
-    while hasattr(function, "stock"):
-        function = function.stock
-    return function
+    return stock_of(triton_utils.signature_of)
 
 
 def with_fp32_floats(stock: Callable[..., Any]) -> Callable[..., Any]:
