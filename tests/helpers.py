@@ -156,10 +156,12 @@ def unavailable_features() -> set:
 def settled_states() -> dict:
     """feature -> what a working install reports for it here: ``applied``; ``not needed
     on this torch`` where its probe finds stock torch right (``triton_clones`` on 2.15,
-    ``triton_analysis`` on 2.12);
+    ``triton_analysis`` on 2.12) or nothing for it to act on (``memory_estimate`` before
+    2.11);
     ``unavailable on this torch`` (the start of the state) where the environment lacks
     what it needs (:func:`unavailable_features`)."""
     from inductor_addmm_fix.features import NAMES
+    from inductor_addmm_fix.inductor import reinplace
     from inductor_addmm_fix.triton_kernels import analysis, clones, float_types
 
     states = {name: "applied" for name in NAMES}
@@ -169,6 +171,8 @@ def settled_states() -> dict:
         states["triton_clones"] = "not needed on this torch"
     if analysis.triton_available() and not analysis.analysis_compiles_scalars_as_constants():
         states["triton_analysis"] = "not needed on this torch"
+    if reinplace.fallback_kernel_runs_out_variants() is False:
+        states["memory_estimate"] = "not needed on this torch"
     for name in unavailable_features():
         states[name] = "unavailable on this torch"
     return states

@@ -87,6 +87,12 @@ def plan() -> list[Decision]:
     from torch._inductor import memory
 
     require(callable(vars(memory).get("compute_size_for_scheduler_buffer")), f"{MODULE}.compute_size_for_scheduler_buffer")
+    from .reinplace import fallback_kernel_runs_out_variants
+
+    if fallback_kernel_runs_out_variants() is False:
+        return [not_needed(NAME, "Inductor emits no out= fallback kernel on this torch: the accumulations run as "
+                           "in-place ops (addmm_)", probe=fallback_kernel_runs_out_variants,
+                           obsolete_when=RETIRED_BY)]  # fmt: skip
     probe = sizes_multi_outputs_by_their_users
     if not probe():
         return [not_needed(NAME, "Inductor does not size an out= fallback kernel by its users' outputs", probe=probe,
