@@ -36,6 +36,15 @@ def _chunks(BT, H, V):
     return chunk_size, _cdiv(BT, chunk_size)
 
 
+def _gradient_buffers(student_input, student_weight, accum_dtype):
+    """Liger's zeroed weight gradient (None where the weight takes none; ``accum_dtype``
+    where given) and input gradient."""
+    grad_weight = None
+    if student_weight.requires_grad:
+        grad_weight = torch.zeros_like(student_weight, dtype=accum_dtype or student_weight.dtype)
+    return grad_weight, torch.zeros_like(student_input)
+
+
 @torch.compiler.disable
 def dispatch(kernel, *args):
     """Liger's ``dispatch``: the per-chunk kernel, never traced by Dynamo."""
@@ -89,11 +98,7 @@ def fused_linear_jsd_forward(
     BT, H = student_input.shape
     V = student_weight.shape[0]
     chunk_size, num_chunks = _chunks(BT, H, V)
-    if accum_dtype is None:
-        grad_weight = torch.zeros_like(student_weight) if student_weight.requires_grad else None
-    else:
-        grad_weight = torch.zeros_like(student_weight, dtype=accum_dtype) if student_weight.requires_grad else None
-    grad_input = torch.zeros_like(student_input)
+    grad_weight, grad_input = _gradient_buffers(student_input, student_weight, accum_dtype)
     total_loss = torch.zeros((), dtype=torch.float32, device=student_input.device)
     n_non_ignore = (shift_labels != ignore_index).sum().item() if has_label else BT
     for chunk_id in range(num_chunks):
@@ -188,11 +193,7 @@ def fused_linear_kl_div_forward(
     BT, H = student_input.shape
     V = student_weight.shape[0]
     chunk_size, num_chunks = _chunks(BT, H, V)
-    if accum_dtype is None:
-        grad_weight = torch.zeros_like(student_weight) if student_weight.requires_grad else None
-    else:
-        grad_weight = torch.zeros_like(student_weight, dtype=accum_dtype) if student_weight.requires_grad else None
-    grad_input = torch.zeros_like(student_input)
+    grad_weight, grad_input = _gradient_buffers(student_input, student_weight, accum_dtype)
     loss_1d = torch.zeros((BT,), dtype=torch.float32, device=student_input.device)
     n_non_ignore = (shift_labels != ignore_index).sum().item() if has_label else BT
     if n_non_ignore == 0:

@@ -33,16 +33,15 @@ from __future__ import annotations
 
 import functools
 import importlib
-import inspect
 import json
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..patching.counters import count
-from ..settings import LIGER_HEAD
-from .liger_head_op import COUNTED, _kwargs, _options, scaled_gradients, signature
+from .liger_head_op import COUNTED, _kwargs, _options, checked_outputs, scaled_gradients, signature
 
 OP = "inductor_addmm_fix::liger_distill_forward"
+OUTPUTS = ("loss", "grad_input", "grad_weight")
 
 
 @dataclass(frozen=True)
@@ -97,34 +96,18 @@ def is_backward(fn: Any) -> bool:
 @functools.lru_cache(maxsize=8)
 def backward_recognised(fn: Callable) -> bool:
     """Whether ``fn`` is a Liger backward :func:`liger_head_op.scaled_gradients` stands for."""
-    try:
-        names = list(signature(fn).parameters)
-        source = " ".join(inspect.getsource(fn).split())
-    except (TypeError, ValueError, OSError):
-        return False
-    return names == BACKWARD_PARAMETERS and BACKWARD_RETURN in source and any(t in source for t in BACKWARD_TESTS)
+    from .liger_head import backward_matches
+
+    return backward_matches(fn, BACKWARD_PARAMETERS, all_of=(BACKWARD_RETURN,), any_of=BACKWARD_TESTS)
 
 
 @functools.lru_cache(maxsize=8)
 def recognised(fn: Callable) -> str | None:
     """None where ``fn`` is a Liger forward this module knows, else why not."""
+    from .liger_head import why_not_known
+
     spec = forward_of(fn)
-    try:
-        parameters = signature(fn).parameters
-        source = " ".join(inspect.getsource(fn).split())
-    except (TypeError, ValueError, OSError) as error:
-        return f"its source cannot be read ({type(error).__name__})"
-    names = list(parameters)
-    if names[:2] != list(spec.tensors[:2]):
-        return f"its first parameters are {names[:2]}"
-    unknown = [n for n in names if n not in spec.tensors and n not in spec.scalars]
-    if unknown:
-        return f"it takes parameters this package does not know: {', '.join(unknown)}"
-    if {p.kind for p in parameters.values()} - {inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY}:
-        return "it takes *args or **kwargs"
-    if not any(line in source for line in spec.returns):
-        return "it does not return Liger's three values"
-    return None
+    return why_not_known(fn, spec.tensors[:2], spec.scalars | set(spec.tensors), spec.returns, "three values")
 
 
 # ---------------------------------------------------------------- the op
@@ -142,17 +125,7 @@ def _run_liger(tensors, options: str):
     with torch.no_grad():
         outputs = forward(**{k: v for k, v in named.items() if k in signature(forward).parameters}, **_kwargs(chosen))
     student_input, weight = tensors[0], tensors[1]
-    expected = _expected(chosen, student_input, weight)
-    result = []
-    for name, value, want in zip(("loss", "grad_input", "grad_weight"), outputs, expected):
-        got = None if value is None else (tuple(value.shape), value.dtype)
-        if got != want:
-            raise RuntimeError(
-                f"inductor_addmm_fix: Liger's {spec.function} returned {name} as {got}, where the compiled graph "
-                f"expects {want}; run with {LIGER_HEAD.variable}=loop and report it"
-            )
-        result.append(student_input.new_empty(0) if value is None else value)
-    return result
+    return checked_outputs(spec.function, OUTPUTS, outputs, _expected(chosen, student_input, weight), student_input)
 
 
 def _expected(chosen: dict, student_input, weight) -> list:

@@ -131,37 +131,55 @@ def _a_frame_of_its_own(tx, fn: Callable) -> bool:
     return code is not None and code.co_name == "backward" and code.co_filename == fn.__code__.co_filename
 
 
-@functools.lru_cache(maxsize=8)
-def backward_recognised(fn: Callable) -> bool:
-    """Whether ``fn`` is the Liger backward :func:`liger_head_op.scaled_gradients` stands for."""
+def _signature_and_source(fn: Callable) -> tuple[inspect.Signature, str]:
+    """``fn``'s signature and its source on one line (whitespace collapsed); raises
+    TypeError, ValueError or OSError where either cannot be read."""
+    return _signature(fn), " ".join(inspect.getsource(fn).split())
+
+
+def backward_matches(fn: Callable, parameters: list, all_of=(), any_of=()) -> bool:
+    """Whether ``fn`` takes exactly ``parameters`` and its source has every line of
+    ``all_of`` and, where ``any_of`` names some, one of them."""
     try:
-        names = list(_signature(fn).parameters)
-        source = " ".join(inspect.getsource(fn).split())
+        signature, source = _signature_and_source(fn)
     except (TypeError, ValueError, OSError):
         return False
-    return names == BACKWARD_PARAMETERS and all(line in source for line in BACKWARD_SOURCE)
+    return (list(signature.parameters) == parameters and all(line in source for line in all_of)
+            and (not any_of or any(line in source for line in any_of)))  # fmt: skip
 
 
-@functools.lru_cache(maxsize=8)
-def recognised(fn: Callable) -> str | None:
-    """None where ``fn`` is a Liger forward this module knows, else why not."""
+def why_not_known(fn: Callable, first, known, returns, values: str) -> str | None:
+    """None where ``fn`` takes ``first`` as its first parameters and only ``known`` ones,
+    none of them ``*args``/``**kwargs``, and its source has one of the lines ``returns``;
+    else why not (``values``: what those lines return, for the message)."""
     try:
-        signature = _signature(fn)
-        source = inspect.getsource(fn)
+        signature, source = _signature_and_source(fn)
     except (TypeError, ValueError, OSError) as error:
         return f"its source cannot be read ({type(error).__name__})"
     names = list(signature.parameters)
-    if names[:3] != ["_input", "weight", "target"]:
-        return f"its first parameters are {names[:3]}"
-    unknown = [n for n in names if n not in PARAMETERS]
+    if names[: len(first)] != list(first):
+        return f"its first parameters are {names[: len(first)]}"
+    unknown = [n for n in names if n not in known]
     if unknown:
         return f"it takes parameters this package does not know: {', '.join(unknown)}"
     kinds = {p.kind for p in signature.parameters.values()}
     if kinds - {inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY}:
         return "it takes *args or **kwargs"
-    if RETURNS not in " ".join(source.split()):
-        return "it does not return Liger's seven values"
+    if not any(line in source for line in returns):
+        return f"it does not return Liger's {values}"
     return None
+
+
+@functools.lru_cache(maxsize=8)
+def backward_recognised(fn: Callable) -> bool:
+    """Whether ``fn`` is the Liger backward :func:`liger_head_op.scaled_gradients` stands for."""
+    return backward_matches(fn, BACKWARD_PARAMETERS, all_of=BACKWARD_SOURCE)
+
+
+@functools.lru_cache(maxsize=8)
+def recognised(fn: Callable) -> str | None:
+    """None where ``fn`` is a Liger forward this module knows, else why not."""
+    return why_not_known(fn, TENSORS[:3], PARAMETERS, (RETURNS,), "seven values")
 
 
 # ---------------------------------------------------------------- the redirect

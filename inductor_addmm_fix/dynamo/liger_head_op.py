@@ -149,16 +149,23 @@ def _run_liger(_input, weight, target, ce_weight, bias, token_grad_output, optio
     _record_run(chosen.get("tier", "fixed"), (tuple(_input.shape), tuple(weight.shape)))
     with torch.no_grad():
         outputs = forward(**tensors, **_kwargs(chosen))
-    expected = _expected(chosen, _input, weight, bias)
+    return checked_outputs(FUNCTION, OUTPUTS, outputs, _expected(chosen, _input, weight, bias), _input)
+
+
+def checked_outputs(function: str, names, outputs, expected: list, like) -> list:
+    """``outputs`` of Liger's ``function`` as the op returns them (an empty tensor like
+    ``like`` for None), after checking each against the (shape, dtype) the compiled graph
+    was traced for (``expected``; None where Liger returns None): where one differs, the
+    op raises and names the setting that avoids it."""
     result = []
-    for name, value, want in zip(OUTPUTS, outputs, expected):
+    for name, value, want in zip(names, outputs, expected):
         got = None if value is None else (tuple(value.shape), value.dtype)
         if got != want:
             raise RuntimeError(
-                f"inductor_addmm_fix: Liger's {FUNCTION} returned {name} as {got}, where the compiled graph "
+                f"inductor_addmm_fix: Liger's {function} returned {name} as {got}, where the compiled graph "
                 f"expects {want}; run with {VARIABLE}=loop and report it"
             )
-        result.append(_input.new_empty(0) if value is None else value)
+        result.append(like.new_empty(0) if value is None else value)
     return result
 
 

@@ -86,9 +86,9 @@ def sizes_multi_outputs_by_their_users() -> bool:
 def plan() -> list[Decision]:
     from torch._inductor import memory
 
-    require(callable(vars(memory).get("compute_size_for_scheduler_buffer")), f"{MODULE}.compute_size_for_scheduler_buffer")
     from .reinplace import fallback_kernel_runs_out_variants
 
+    require(callable(vars(memory).get("compute_size_for_scheduler_buffer")), f"{MODULE}.compute_size_for_scheduler_buffer")
     if fallback_kernel_runs_out_variants() is False:
         return [not_needed(NAME, "Inductor emits no out= fallback kernel on this torch: the accumulations run as "
                            "in-place ops (addmm_)", probe=fallback_kernel_runs_out_variants,
