@@ -36,6 +36,24 @@ torch._dynamo.config.accumulated_recompile_limit = 8192
 
 
 def pytest_sessionfinish(session, exitstatus):
+    """Print, and with ``LIGER_COUNTS=<folder>`` also write as ``<worker>.json``, what the
+    process compiled: Dynamo's frames, graphs and graph breaks, and the package's counters
+    (an xdist worker's print does not reach ``-q``'s output; the file does)."""
     from torch._dynamo.utils import counters
 
-    print(f"\ncompiled {_name}: frames {dict(counters['frames'])}, graphs {counters['stats'].get('unique_graphs')}")
+    seen = {
+        "function": _name,
+        "frames": dict(counters["frames"]),
+        "graphs": counters["stats"].get("unique_graphs"),
+        "graph_breaks": sum(counters["graph_break"].values()),
+        "package": dict(counters["inductor_addmm_fix"]),
+    }
+    print(f"\ncompiled {_name}: {seen}")
+    folder = os.environ.get("LIGER_COUNTS")
+    if folder:
+        import json
+
+        os.makedirs(folder, exist_ok=True)
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        with open(os.path.join(folder, f"{_name}-{worker}.json"), "w") as f:
+            json.dump(seen, f, indent=1, sort_keys=True)

@@ -27,7 +27,8 @@
 #   ligersuite  Liger 0.8.5's own FLCE test file (from .whl/liger_kernel-0.8.5.tar.gz) with
 #               one compiled FLCE Function per worker (tests/gpu/liger_compiled_plugin.py);
 #               LIGER_WORKERS (default 4) workers, LIGER_TIMEOUT (default 560) seconds;
-#               ligersuite-jsd, ligersuite-kl: the same for its fused linear JSD and KL-div files
+#               ligersuite-jsd, ligersuite-kl: the same for its fused linear JSD and KL-div files;
+#               LIGER_VERSION=nightly runs the nightly's files (.whl/liger_kernel_nightly-*.tar.gz) on the nightly
 #   floattypes    tests/gpu/test_triton_float_types_cuda.py: a user kernel whose loop-carried value takes a
 #               float argument's type compiles, and matches eager bit for bit
 #   jsdmem      benchmarks/liger_losses.py's JSD accum None row (llama, static, loop) with every feature,
@@ -86,10 +87,11 @@ for what in "$@"; do
     trainingrun) install_liger 0.8.5
       step trainingrun ${RUN_TIMEOUT:-560} python3 benchmarks/compile_time.py --run --json "$OUT/trainingrun.json" \
         ${RUN_ARGS:---models small-h,llama3-8b-head --compile model --timeout 240} ;;
-    ligersuite|ligersuite-jsd|ligersuite-kl) install_liger 0.8.5
-      [ -d /tmp/liger-src/test ] || { mkdir -p /tmp/liger-src && tar xzf .whl/liger_kernel-0.8.5.tar.gz -C /tmp/liger-src --strip-components=1; }
+    ligersuite|ligersuite-jsd|ligersuite-kl) v=${LIGER_VERSION:-0.8.5}; install_liger $v
+      src=.whl/liger_kernel-$v.tar.gz; [ "$v" = nightly ] && src=$(ls .whl/liger_kernel_nightly-*.tar.gz)
+      [ -d /tmp/liger-src-$v/test ] || { mkdir -p /tmp/liger-src-$v && tar xzf $src -C /tmp/liger-src-$v --strip-components=1; }
       case "$what" in ligersuite) fn=flce; file=cross_entropy ;; ligersuite-jsd) fn=jsd; file=jsd ;; *) fn=kl_div; file=kl_div ;; esac
-      (cd /tmp/liger-src && LIGER_COMPILED=$fn PYTHONPATH="$OLDPWD:$OLDPWD/tests/gpu:/tmp/site-0.8.5:/tmp/liger-src" step $what ${LIGER_TIMEOUT:-560} python3 -m pytest -q -p no:cacheprovider -n ${LIGER_WORKERS:-4} -p liger_compiled_plugin -rfE --timeout 200 test/transformers/test_fused_linear_$file.py --tb=short) ;;
+      (cd /tmp/liger-src-$v && LIGER_COUNTS="$OUT/$what-$v-counts" LIGER_COMPILED=$fn PYTHONPATH="$OLDPWD:$OLDPWD/tests/gpu:/tmp/site-$v:/tmp/liger-src-$v" step $what-$v ${LIGER_TIMEOUT:-560} python3 -m pytest -q -p no:cacheprovider -n ${LIGER_WORKERS:-4} -p liger_compiled_plugin -rfE --timeout 200 test/transformers/test_fused_linear_$file.py --tb=short) ;;
     losses) install_liger 0.8.5
       PYTHONPATH="$PYTHONPATH:$PWD/benchmarks" step losses ${LOSSES_TIMEOUT:-560} python3 benchmarks/liger_losses.py ${LOSSES_ARGS:---quick --time-limit 500} --json "$OUT/losses.json" ;;
     jsdmem) install_liger 0.8.5  # where the JSD loop's extra memory comes from (docs/gpu-results.md, the CPU proxy)
