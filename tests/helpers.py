@@ -202,13 +202,25 @@ def family_ops():
 @contextlib.contextmanager
 def liger_distill_mimic():
     """``tests/liger_distill_mimic.py`` imported as Liger's fused linear JSD and KL-div
-    modules, for the duration: yields (the JSD module, the KL-div module)."""
+    modules, with ``tests/liger_dispatch_mimic.py`` as Liger's dispatch module, for the
+    duration: yields (the JSD module, the KL-div module)."""
     from inductor_addmm_fix.dynamo.liger_distill_head import FORWARDS
 
     path = os.path.join(os.path.dirname(__file__), "liger_distill_mimic.py")
     jsd, kl_div = (FORWARDS[f].module for f in ("fused_linear_jsd_forward", "fused_linear_kl_div_forward"))
-    with liger_mimic(path, jsd) as jsd_module, liger_mimic(path, kl_div) as kl_div_module:
-        yield jsd_module, kl_div_module
+    with liger_dispatch_mimic():
+        with liger_mimic(path, jsd) as jsd_module, liger_mimic(path, kl_div) as kl_div_module:
+            yield jsd_module, kl_div_module
+
+
+@contextlib.contextmanager
+def liger_dispatch_mimic():
+    """``tests/liger_dispatch_mimic.py`` imported as Liger's dispatch module
+    (``liger_kernel.backends.dispatch``), a fresh copy for the duration; yields it."""
+    from inductor_addmm_fix.dynamo import liger_dispatch
+
+    with liger_mimic(os.path.join(os.path.dirname(__file__), "liger_dispatch_mimic.py"), liger_dispatch.MODULE) as module:
+        yield module
 
 
 def graph_breaks() -> int:

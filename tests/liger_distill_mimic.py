@@ -5,9 +5,10 @@ One file holds both modules' functions, with Liger's names, parameters and retur
 ``LigerFusedLinearJSDFunction`` and ``fused_linear_kl_div_forward`` /
 ``fused_linear_kl_div_backward`` / ``LigerFusedLinearKLDIVFunction``.  Each forward runs
 Liger's chunk loop (``chunk_size = next_power_of_2(cdiv(BT, cdiv(V, H)))``), reads the
-non-ignored count with ``.item()``, calls its per-chunk kernel through a
-``torch.compiler.disable``'d function (Liger's ``dispatch``: Dynamo breaks the graph
-there), and accumulates the weight gradient chunk by chunk; each backward scales the
+non-ignored count with ``.item()``, calls its per-chunk kernel by name through Liger's
+``dispatch`` (``torch.compiler.disable``'d: Dynamo breaks the graph there; the mimic of
+``tests/liger_dispatch_mimic.py``, which must be imported as Liger's dispatch module
+first), and accumulates the weight gradient chunk by chunk; each backward scales the
 saved gradients where ``grad_output`` is not 1.0 (a data-dependent test, in Liger's two
 spellings).  The kernels compute in float32 and write what Liger's Triton kernels write.
 
@@ -16,7 +17,11 @@ spellings).  The kernels compute in float32 and write what Liger's Triton kernel
 which is what the package recognises.
 """
 
+import sys
+
 import torch
+
+_DISPATCH = "liger_kernel.backends.dispatch"
 
 
 def _cdiv(a, b):
@@ -45,10 +50,10 @@ def _gradient_buffers(student_input, student_weight, accum_dtype):
     return grad_weight, torch.zeros_like(student_input)
 
 
-@torch.compiler.disable
-def dispatch(kernel, *args):
-    """Liger's ``dispatch``: the per-chunk kernel, never traced by Dynamo."""
-    return kernel(*args)
+# Liger's ``from liger_kernel.backends import dispatch``: its ``torch.compiler.disable``'d
+# dispatcher (here the mimic of tests/liger_dispatch_mimic.py, where this module
+# registers its kernels at the end)
+dispatch = sys.modules[_DISPATCH].dispatch
 
 
 def _scale_in_place(grad_output, *grads):
@@ -111,7 +116,7 @@ def fused_linear_jsd_forward(
         softmax_s_chunk = torch.softmax(student_logits_chunk, dim=-1)
         chunk_labels = shift_labels[start_idx:end_idx] if has_label else None
         loss_chunk, student_prob_chunk = dispatch(
-            jsd_loss_and_grad, student_prob_chunk, teacher_prob_chunk, chunk_labels, float(jsd_beta),
+            "jsd_loss_and_grad", student_prob_chunk, teacher_prob_chunk, chunk_labels, float(jsd_beta),
             int(ignore_index), float(n_non_ignore),
         )  # fmt: skip
         total_loss = total_loss + loss_chunk.sum()
@@ -210,7 +215,7 @@ def fused_linear_kl_div_forward(
         logits_chunk = input_chunk @ student_weight.t()
         chunk_labels = shift_labels[start_idx:end_idx] if has_label else None
         loss_rows, logits_chunk = dispatch(
-            kl_loss_and_grad, logits_chunk, target[start_idx:end_idx], chunk_labels, ignore_index, temperature, eps,
+            "kl_loss_and_grad", logits_chunk, target[start_idx:end_idx], chunk_labels, ignore_index, temperature, eps,
             scale,
         )  # fmt: skip
         loss_1d[start_idx:end_idx] = loss_rows
@@ -251,3 +256,10 @@ class LigerFusedLinearKLDIVFunction(torch.autograd.Function):
         (grad_input, grad_weight) = ctx.saved_tensors
         grad_input, grad_weight = fused_linear_kl_div_backward(grad_output, grad_input, grad_weight)
         return (grad_input, grad_weight, None, None, None, None, None, None, None)
+
+
+# Liger registers each kernel with its dispatcher at import
+_registry = sys.modules[_DISPATCH]
+_registry.REGISTRY.update(
+    jsd_loss_and_grad=_registry.OpImpl(jsd_loss_and_grad), kl_loss_and_grad=_registry.OpImpl(kl_loss_and_grad)
+)

@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
-from helpers import graph_breaks, liger_mimic
+from helpers import graph_breaks, liger_dispatch_mimic
 from inductor_addmm_fix.dynamo import liger_dispatch
 from inductor_addmm_fix.patching.counters import COUNTER
 
@@ -20,11 +20,7 @@ ROWS, H, V = 40, 16, 64  # chunks of 8 rows: 5 per call
 
 @pytest.fixture
 def dispatch_module():
-    import os
-
-    path = os.path.join(os.path.dirname(__file__), "liger_dispatch_mimic.py")
-    with liger_mimic(path, module_name=liger_dispatch.MODULE) as module:
-        module.CALLS.clear()
+    with liger_dispatch_mimic() as module:
         yield module
 
 

@@ -8,6 +8,7 @@ under ``loop`` they are traced as Dynamo traces them.  On the CPU, with
 from __future__ import annotations
 
 import functools
+import sys
 import warnings
 from pathlib import Path
 
@@ -15,8 +16,8 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
-from helpers import graph_breaks, liger_distill_mimic, liger_mimic, many_recompiles
-from inductor_addmm_fix.dynamo import liger_distill_head, liger_head, liger_head_op
+from helpers import graph_breaks, liger_dispatch_mimic, liger_distill_mimic, liger_mimic, many_recompiles
+from inductor_addmm_fix.dynamo import liger_dispatch, liger_distill_head, liger_head, liger_head_op
 from inductor_addmm_fix.patching import warn
 from inductor_addmm_fix.patching.counters import COUNTER
 
@@ -167,6 +168,77 @@ def test_changing_lengths_compile_two_graphs_and_no_more(loss):
     assert events(f"{loss}:run") == len(LENGTHS)
 
 
+def matches_float64(loss: str, got, tensors) -> None:
+    got_loss, got_grads = got
+    want_loss, want_grads = reference(loss, tensors)
+    torch.testing.assert_close(got_loss.double(), want_loss, rtol=1e-5, atol=1e-6)
+    for a, b in zip(got_grads, want_grads):
+        torch.testing.assert_close(a.double(), b, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+def test_a_fixed_length_compiles_the_loop_after_promote_after_steps(loss):
+    """A static graph of a loop of 4 to 32 chunks starts with the op; once its length has
+    run PROMOTE_AFTER steps, Dynamo compiles it once more with Liger's chunk loop (its
+    ``dispatch()`` traced), in one graph, float64's results within float32's error."""
+    steps = liger_head_op.PROMOTE_AFTER + 3
+    assert liger_distill_head.chunk_count(liger_distill_head.FORWARDS[f"fused_linear_{loss}_forward"], 40, H, V, "cpu") == 5
+    with liger_distill_mimic() as modules:
+        fn = torch.compile(head(modules, loss))
+        after = []
+        for seed in range(steps):
+            tensors = inputs(loss, 40, seed=seed)
+            matches_float64(loss, step(fn, tensors), tensors)
+            after.append(counters["stats"]["unique_graphs"])
+    promoted_at = liger_head_op.PROMOTE_AFTER
+    assert after == [1] * promoted_at + [2] * (steps - promoted_at), after
+    assert events(f"{loss}:run") == liger_head_op.PROMOTE_AFTER
+    assert events("promoted") == 1 and events(f"{loss}:loop:promoted") >= 1
+    assert events("dispatch:traced") > 0 and graph_breaks() == 0
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+def test_a_loop_dispatch_does_not_trace_keeps_the_op_at_a_fixed_length(loss):
+    """Where Liger's dispatch resolves an implementation Dynamo would break at (an
+    autograd Function: cuTile's, a backend of its own), a fixed length keeps the op."""
+    with liger_distill_mimic() as modules:
+        registry = sys.modules[liger_dispatch.MODULE].REGISTRY
+        kernel = liger_distill_head.FORWARDS[f"fused_linear_{loss}_forward"].kernel
+        registry[kernel].autograd_function = object()
+        fn = torch.compile(head(modules, loss))
+        for seed in range(liger_head_op.PROMOTE_AFTER + 2):
+            tensors = inputs(loss, 40, seed=seed)
+            assert_same(step(fn, tensors), step(head(modules, loss), clones(tensors)))
+    assert events("promoted") == 0 and events(f"{loss}:run") == liger_head_op.PROMOTE_AFTER + 2
+    assert counters["stats"]["unique_graphs"] == 1 and graph_breaks() == 0
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+def test_labels_keep_the_op_at_a_fixed_length(loss):
+    """With labels Liger reads their count with ``.item()``, a graph break at its
+    Function: the op stays, one graph, eager's results."""
+    with liger_distill_mimic() as modules:
+        fn = torch.compile(head(modules, loss))
+        for seed in range(liger_head_op.PROMOTE_AFTER + 2):
+            tensors = inputs(loss, 40, labels=True, seed=seed)
+            assert_same(step(fn, tensors), step(head(modules, loss), clones(tensors)))
+    assert events("promoted") == 0 and events(f"{loss}:run") == liger_head_op.PROMOTE_AFTER + 2
+    assert counters["stats"]["unique_graphs"] == 1 and graph_breaks() == 0
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+def test_a_loop_of_fewer_than_four_chunks_keeps_the_op_at_a_fixed_length(loss):
+    """3 chunks (KL-div's 2-chunk loop compiled ran slower than eager's on an H100)."""
+    spec = liger_distill_head.FORWARDS[f"fused_linear_{loss}_forward"]
+    assert liger_distill_head.chunk_count(spec, 3, H, V, "cpu") == 3
+    with liger_distill_mimic() as modules:
+        fn = torch.compile(head(modules, loss))
+        for seed in range(liger_head_op.PROMOTE_AFTER + 2):
+            step(fn, inputs(loss, 3, seed=seed))
+    assert events("promoted") == 0 and events(f"{loss}:run") == liger_head_op.PROMOTE_AFTER + 2
+    assert counters["stats"]["unique_graphs"] == 1
+
+
 @pytest.mark.parametrize("loss", LOSSES)
 def test_dynamic_true_takes_the_op_at_the_first_compile(loss):
     """``dynamic=True`` makes the Function's int and float options symbolic: they are
@@ -218,8 +290,9 @@ def test_every_option_gives_eager_s_results(head_mode, loss, options):
 
 @pytest.mark.parametrize("loss", LOSSES)
 def test_the_loop_setting_leaves_the_function_as_dynamo_traces_it(head_mode, loss):
-    """Under ``loop`` neither the op nor the branch-free backward: the mimic's chunk
-    kernel, behind a ``torch.compiler.disable``'d function, breaks the graph."""
+    """Under ``loop`` neither the op nor the branch-free backward: the chunk loop traced
+    (its ``dispatch()`` too), Liger's backward, which tests its gradient on data, breaks
+    the graph."""
     head_mode("loop")
     with liger_distill_mimic() as modules:
         fn = head(modules, loss)
@@ -227,7 +300,7 @@ def test_the_loop_setting_leaves_the_function_as_dynamo_traces_it(head_mode, los
         got = step(torch.compile(fn), tensors)
         want = step(fn, clones(tensors))
     assert events(f"{loss}:opaque") == 0 and events("distill:backward") == 0
-    assert graph_breaks() > 0
+    assert events("dispatch:traced") > 0 and graph_breaks() > 0
     torch.testing.assert_close(got[0], want[0])
 
 
@@ -242,7 +315,8 @@ def test_a_forward_the_package_does_not_recognise_is_traced_with_one_warning(tmp
     changed = original[:end] + "    unknown_option=None,\n" + original[end:]
     assert changed != original
     (tmp_path / "changed.py").write_text(changed)
-    with liger_mimic(str(tmp_path / "changed.py"), spec.module) as module, warnings.catch_warnings(record=True) as caught:
+    with liger_dispatch_mimic(), liger_mimic(str(tmp_path / "changed.py"), spec.module) as module, \
+            warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         modules = (module, module)
         fn = head(modules, loss)

@@ -1,6 +1,6 @@
-"""Dynamo: under ``INDUCTOR_ADDMM_FIX_LIGER_HEAD=loop``, Liger's JSD and KL-div chunk
-loops are compiled: their per-chunk ``dispatch`` is traced as the implementation it
-resolves.
+"""Dynamo: under ``INDUCTOR_ADDMM_FIX_LIGER_HEAD=loop``, and where ``auto`` promoted a
+static graph to the loop, Liger's JSD and KL-div chunk loops are compiled: their per-chunk
+``dispatch`` is traced as the implementation it resolves.
 
 Liger 0.8.5's ``fused_linear_jsd_forward`` and ``fused_linear_kl_div_forward`` call
 their per-chunk kernel through ``liger_kernel.backends.dispatch.dispatch``, which
@@ -10,8 +10,9 @@ plus Dynamo's overhead (1.004-1.006x on an H100).  Compiled with the call traced
 ran at 0.66-0.73x eager's time, but with 93-376 MiB more memory than eager and a compile
 of 18-76 s per static length (docs/gpu-results.md), and a loop whose chunk count changes
 with the length compiles again at every count, as FLCE's did.  So this runs only where
-the user asked for compiled loops: with the ``loop`` setting; under ``auto`` and
-``opaque`` each of these forwards is one opaque op (``dynamo/liger_distill_head.py``).
+the user asked for compiled loops (the ``loop`` setting) and where ``auto`` promoted a
+static graph of a short loop (``dynamo/liger_distill_head.py``: a length that does not
+change); elsewhere each of these forwards is one opaque op.
 
 Where Dynamo is about to skip a call of Liger's ``dispatch`` for ``jsd_loss_and_grad``
 or ``kl_loss_and_grad`` with no implementation asked for, we resolve the implementation
@@ -34,7 +35,7 @@ from ..patching.counters import count
 from ..patching.declare import Decision, needed, require
 from ..patching.registry import Patch
 from ..patching.slots import Attribute
-from . import liger_head
+from . import liger_distill_head, liger_head
 from .liger_head_op import COUNTED
 
 NAME = "dynamo.liger_dispatch_traced"
@@ -74,16 +75,36 @@ def resolved_forward(args: list, kwargs: dict) -> Callable[..., Any] | None:
         if chosen is not None and not (chosen.is_python_constant() and chosen.as_python_constant() is None):
             return None
     device = _device(args[1:])
+    return None if device is None else implementation_forward(args[0].as_python_constant(), device)
+
+
+def implementation_forward(op_name: str, device: Any) -> Callable[..., Any] | None:
+    """The ``forward`` of the implementation Liger's dispatch resolves for ``op_name`` on
+    ``device`` with none asked for, or None where there is none this module traces (no
+    dispatch module, nothing usable, an autograd Function)."""
     module = sys.modules.get(MODULE)
-    if device is None or module is None or not callable(getattr(module, "resolve_impl", None)):
+    if module is None or not callable(getattr(module, "resolve_impl", None)):
         return None
     try:
-        implementation = module.resolve_impl(args[0].as_python_constant(), requested=None, device=device)
+        implementation = module.resolve_impl(op_name, requested=None, device=device)
     except Exception:  # noqa: BLE001  (Liger raises where nothing is usable: the stock skip then runs it eagerly)
         return None
     if getattr(implementation, "autograd_function", None) is not None:
         return None
     return getattr(implementation, "forward", None)
+
+
+def traces(dispatcher: Any, op_name: str, device: Any) -> bool:
+    """Whether a call ``dispatcher(op_name, ...)`` with a tensor on ``device`` is traced
+    when :func:`liger_distill_head.tracing_promoted_loop` is true: ``dispatcher`` is
+    Liger's, this module's patch is applied, and the call resolves."""
+    from ..installer import applied_patches
+
+    return (
+        is_liger_dispatch(dispatcher)
+        and any(patch.name == NAME for patch in applied_patches())
+        and implementation_forward(op_name, device) is not None
+    )
 
 
 def traced_dispatch(stock: Callable[..., Any]) -> Callable[..., Any]:
@@ -92,7 +113,9 @@ def traced_dispatch(stock: Callable[..., Any]) -> Callable[..., Any]:
     from torch._dynamo.variables.functions import UserFunctionVariable
 
     def call_function(self, tx, args, kwargs):
-        if is_liger_dispatch(getattr(self, "value", None)) and liger_head.mode() == "loop":
+        if is_liger_dispatch(getattr(self, "value", None)) and (
+            liger_head.mode() == "loop" or liger_distill_head.tracing_promoted_loop()
+        ):
             forward = resolved_forward(list(args), dict(kwargs))
             if forward is not None:
                 count(COUNTED, "dispatch:traced")

@@ -20,6 +20,15 @@ Function then joins the model's graph: one graph for any token count, eager's sp
 memory and results for the loss.  Under ``loop`` nothing here acts (the chunk loops are
 compiled: ``dynamo/liger_dispatch.py``).
 
+Tiers under ``auto``, as FLCE's (``dynamo/liger_head_op.py``): a static graph whose loop
+has :data:`LOOP_CHUNKS` chunks (4 to 32: Llama-like JSD heads, KL-div on small-H heads),
+runs without labels and that Dynamo traces in one graph (:func:`loop_traceable`) starts
+with the op, and is compiled again with Liger's loop once its length has run
+``PROMOTE_AFTER`` steps and no symbolic graph has: compiled, JSD's 32-chunk loop ran at
+0.66-0.73x eager's time on an H100, KL-div's 8-chunk loop at 0.85x, its 2-chunk loop
+1-2 % slower than eager.  With labels Liger reads their count with ``.item()``, a graph
+break at the Function: the op stays.
+
 Only a forward this module recognises is redirected: the function of that name in Liger's
 module, with Liger's parameters (0.8.1 through 0.8.5 and the nightly, see
 :data:`FORWARDS`) and return line.  Another is traced as before, with one warning.  A call
@@ -38,7 +47,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..patching.counters import count
-from .liger_head_op import COUNTED, _kwargs, _options, checked_outputs, scaled_gradients, signature
+from .liger_head_op import COUNTED, _kwargs, _options, record_run, checked_outputs, scaled_gradients
+from .liger_head_op import signature
 
 OP = "inductor_addmm_fix::liger_distill_forward"
 OUTPUTS = ("loss", "grad_input", "grad_weight")
@@ -52,6 +62,7 @@ class Forward:
     module: str
     function: str
     backward: str
+    kernel: str  # the per-chunk kernel's name in Liger's dispatch() (0.8.5 and later)
     tensors: tuple  # its tensor parameters, in the op's order: (student input, student weight, ...)
     scalars: frozenset  # its other parameters
     returns: tuple  # its return line, as each known Liger writes it
@@ -62,13 +73,14 @@ FORWARDS = {
     for f in (
         Forward(
             "jsd", "liger_kernel.ops.fused_linear_jsd", "fused_linear_jsd_forward", "fused_linear_jsd_backward",
+            "jsd_loss_and_grad",
             ("student_input", "student_weight", "teacher_input", "teacher_weight", "shift_labels"),
             frozenset({"jsd_beta", "ignore_index", "has_label", "temperature", "jsd_impl", "jsd_mode", "accum_dtype"}),
             ("return total_loss, grad_input, grad_weight", "return loss, grad_input, grad_weight"),
         ),
         Forward(
             "kl_div", "liger_kernel.ops.fused_linear_kl_div", "fused_linear_kl_div_forward",
-            "fused_linear_kl_div_backward", ("student_input", "student_weight", "target", "shift_labels"),
+            "fused_linear_kl_div_backward", "kl_loss_and_grad", ("student_input", "student_weight", "target", "shift_labels"),
             frozenset({"reduction", "ignore_index", "has_label", "temperature", "eps", "accum_dtype"}),
             ("return loss, grad_input, grad_weight",),
         ),
@@ -122,6 +134,8 @@ def _run_liger(tensors, options: str):
     named = dict(zip(spec.tensors, tensors))
     named["student_weight"] = named["student_weight"].detach().requires_grad_(chosen["weight_grad"])
     count(COUNTED, f"{spec.loss}:run")
+    student_weight = named["student_weight"]
+    record_run(chosen.get("tier", "fixed"), (spec.loss, tuple(tensors[0].shape), tuple(student_weight.shape)))
     with torch.no_grad():
         outputs = forward(**{k: v for k, v in named.items() if k in signature(forward).parameters}, **_kwargs(chosen))
     student_input, weight = tensors[0], tensors[1]
@@ -176,11 +190,88 @@ def scaled_pair(grad_output, grad_input, grad_weight):
     return grad_input, grad_weight
 
 
+# ---------------------------------------------------------------- the tiers
+def chunk_count(spec: Forward, rows, hidden, vocab, device) -> int | None:
+    """How many chunks Liger's loop runs for these sizes (its formula, with the budget
+    constant its module holds: KL-div's ``_CHUNK_MEM_CONST``, JSD's per GPU generation),
+    or None where a size is symbolic."""
+    import sys
+
+    from .liger_head import liger_chunks
+
+    module = sys.modules.get(spec.module)
+    const = 1
+    if spec.loss == "kl_div":
+        const = getattr(module, "_CHUNK_MEM_CONST", 1)
+    elif callable(getattr(module, "_max_capability", None)) and hasattr(module, "_CHUNK_MEM_CONST_B200"):
+        capability = module._max_capability(device)
+        const = module._CHUNK_MEM_CONST_B300 if capability > 100 else module._CHUNK_MEM_CONST_B200 if capability == 100 else 1
+    if not isinstance(const, int) or const < 1:
+        return None
+    return liger_chunks((rows, hidden), (vocab, hidden), const)
+
+
+def tier(spec: Forward, student_input, student_weight, has_label: bool, promoted: Callable[[], bool]) -> str | None:
+    """``auto``'s tier for a call whose student tensors are these example values: None
+    where the loop is compiled (promoted), else ``symbolic``, ``static`` (a loop of
+    :data:`LOOP_CHUNKS` chunks that Dynamo traces in one graph, counted towards
+    promotion) or ``fixed``.  With labels, Liger reads their count with ``.item()``,
+    which breaks the graph at its Function (with ``capture_scalar_outputs`` on, torch
+    2.13 raises ``PendingUnbackedSymbolNotFound`` tracing JSD's Function): the op stays."""
+    chunks = chunk_count(spec, student_input.shape[0], student_input.shape[-1], student_weight.shape[0], student_input.device)
+    if chunks is None:
+        return "symbolic"
+    if chunks not in LOOP_CHUNKS or not loop_traceable(spec, student_input.device):
+        return "fixed"
+    if has_label:
+        return "fixed"
+    if promoted():  # Dynamo guards on the flag read here
+        return None
+    return "static"
+
+
+def loop_traceable(spec: Forward, device) -> bool:
+    """Whether Dynamo traces the forward's chunk loop in one graph: its module calls no
+    ``dispatch`` (Liger 0.8.1's JSD), or Liger's, which ``dynamo/liger_dispatch.py``
+    traces for this kernel and device.  Another (a cuTile or autograd implementation, a
+    ``torch.compiler.disable``'d call Dynamo would break at) keeps the op."""
+    import sys
+
+    from . import liger_dispatch
+
+    dispatcher = getattr(sys.modules.get(spec.module), "dispatch", None)
+    return dispatcher is None or liger_dispatch.traces(dispatcher, spec.kernel, device)
+
+
+#: ``auto``: the chunk counts whose loop a static graph compiles once promoted.  At most
+#: 32, as FLCE's (a longer loop's unrolled compile: 73-76 s for JSD's 128 chunks on an
+#: H100); at least 4 (KL-div's 2-chunk loop ran 0.8-1.7 % slower than eager's, its
+#: 8-chunk loop 15 % faster; JSD's 32-chunk loop 27-34 % faster)
+LOOP_CHUNKS = range(4, 33)
+_loop_depth = 0
+
+
+def tracing_promoted_loop() -> bool:
+    """Whether Dynamo is inlining a forward whose loop ``auto`` promoted (its
+    ``dispatch()`` is then traced: ``dynamo/liger_dispatch.py``)."""
+    return _loop_depth > 0
+
+
+def _traced_as_loop(stock_call: Callable[[], Any]):
+    global _loop_depth
+    _loop_depth += 1
+    try:
+        return stock_call()
+    finally:
+        _loop_depth -= 1
+
+
 # ---------------------------------------------------------------- the redirect
 def opaque_call(fn: Callable, args: list, kwargs: dict, constant: Callable, plain: Callable):
     """(tensor variables, options, weight_grad) for a call of a Liger forward that the op
     can take, else None.  ``constant`` and ``plain`` are :mod:`liger_head`'s readers of a
-    traced argument."""
+    traced argument.  The options' ``tier`` is ``fixed``: :func:`traced` sets it under
+    ``auto``."""
     import torch
     from torch._dynamo.variables import TensorVariable
 
@@ -202,18 +293,20 @@ def opaque_call(fn: Callable, args: list, kwargs: dict, constant: Callable, plai
             scalars[name] = str(value).removeprefix("torch.") if isinstance(value, torch.dtype) else value
     if not all(n in tensors for n in spec.tensors[:2]):
         return None
-    weight = tensors["student_weight"].as_proxy().node.meta.get("example_value")
-    if weight is None:
+    student_input, weight = (tensors[n].as_proxy().node.meta.get("example_value") for n in spec.tensors[:2])
+    if student_input is None or weight is None:
         return None
-    options = {"function": spec.function, "kwargs": scalars, "weight_grad": bool(weight.requires_grad)}
-    return [tensors.get(n) for n in spec.tensors], json.dumps(options, sort_keys=True), options["weight_grad"]
+    options = {"function": spec.function, "kwargs": scalars, "weight_grad": bool(weight.requires_grad), "tier": "fixed"}
+    return [tensors.get(n) for n in spec.tensors], options, (student_input, weight)
 
 
-def traced(fn: Callable, tx, args: list, kwargs: dict, chosen: str, stock: Callable, warn: Callable):
-    """The variable Dynamo gets for a call of a Liger JSD or KL-div forward or backward
-    under ``chosen`` (``auto``/``opaque``), or None where it traces the call as before.
-    ``stock`` is Dynamo's ``UserFunctionVariable.call_function``; ``warn(key, message)``
-    warns once."""
+def traced(variable, tx, args: list, kwargs: dict, chosen: str, stock: Callable, warn: Callable, promoted: Callable):
+    """The variable Dynamo gets for a call of ``variable`` (a ``UserFunctionVariable``)
+    where its function is a Liger JSD or KL-div forward or backward under ``chosen``
+    (``auto``/``opaque``), or None where it traces the call as before.  ``stock`` is
+    Dynamo's ``UserFunctionVariable.call_function``; ``warn(key, message)`` warns once;
+    ``promoted()`` traces :func:`liger_head_op.loop_promoted` and gives its value."""
+    fn = variable.fn
     from torch._dynamo.variables import ConstantVariable
     from torch._dynamo.variables.functions import UserFunctionVariable
 
@@ -240,9 +333,15 @@ def traced(fn: Callable, tx, args: list, kwargs: dict, chosen: str, stock: Calla
     call = opaque_call(fn, list(args), dict(kwargs), _constant, _plain)
     if call is None:
         return None
-    tensors, options, weight_grad = call
+    tensors, options, (student_input, weight) = call
+    if chosen == "auto":
+        has_label = bool(options["kwargs"].get("has_label"))
+        options["tier"] = tier(spec, student_input, weight, has_label, promoted)
+        if options["tier"] is None:
+            count(COUNTED, f"{spec.loss}:loop:promoted")
+            return _traced_as_loop(lambda: stock(variable, tx, args, kwargs))
     liger_distill_forward()  # registered before Dynamo traces a call of it
     count(COUNTED, f"{spec.loss}:opaque")
     items = [t if t is not None else ConstantVariable.create(None) for t in tensors]
-    new_args = [ConstantVariable.create(options), ConstantVariable.create(weight_grad), *items]
+    new_args = [ConstantVariable.create(json.dumps(options, sort_keys=True)), ConstantVariable.create(options["weight_grad"]), *items]
     return stock(UserFunctionVariable(opaque_forward), tx, new_args, {})

@@ -42,8 +42,8 @@ Which calls, ``INDUCTOR_ADDMM_FIX_LIGER_HEAD``:
 * ``opaque``: always the opaque op (the shortest compile, eager's speed for the head).
 
 Liger's fused linear JSD and KL-div take an op of their own under ``auto`` and
-``opaque``, never promoted to their loop (``dynamo/liger_distill_head.py``, called from
-the same redirect).
+``opaque``, with tiers of their own under ``auto`` (``dynamo/liger_distill_head.py``,
+called from the same redirect).
 
 Only a Liger forward this module recognises is redirected: the function of that name
 in ``liger_kernel.ops.fused_linear_cross_entropy``, with Liger's parameters (those of
@@ -294,8 +294,13 @@ def redirect(stock: Callable[..., Any]) -> Callable[..., Any]:
 
     def call_function(self, tx, args, kwargs):
         fn = getattr(self, "fn", None)
+
+        def promoted() -> bool:
+            flag = call_function.stock(UserFunctionVariable(liger_head_op.loop_promoted), tx, [], {})
+            return bool(flag.as_python_constant())
+
         if liger_distill_head.forward_of(fn) is not None or liger_distill_head.is_backward(fn):
-            variable = liger_distill_head.traced(fn, tx, args, kwargs, mode(), call_function.stock, _warn_once)
+            variable = liger_distill_head.traced(self, tx, args, kwargs, mode(), call_function.stock, _warn_once, promoted)
             if variable is not None:
                 return variable
         if is_liger_backward(fn) and mode() != "loop" and not _a_frame_of_its_own(tx, fn):
@@ -310,10 +315,6 @@ def redirect(stock: Callable[..., Any]) -> Callable[..., Any]:
                 _warn_once(f"unknown:{why_not}", f"inductor_addmm_fix: Liger's {FUNCTION} is not one this package "
                            f"recognises ({why_not}): its chunk loop is compiled as Dynamo traces it")  # fmt: skip
             elif chosen != "loop":
-                def promoted() -> bool:
-                    flag = call_function.stock(UserFunctionVariable(liger_head_op.loop_promoted), tx, [], {})
-                    return bool(flag.as_python_constant())
-
                 call = opaque_call(fn, args, kwargs, chosen, promoted)
                 if call is not None:
                     tensors, options, present = call

@@ -1,5 +1,6 @@
 """The op that stands for Liger FLCE's forward in a compiled graph, and when a static
-graph trades it for Liger's loop.
+graph trades it, or the op of Liger's JSD and KL-div (``dynamo/liger_distill_head.py``),
+for Liger's loop.
 
 ``inductor_addmm_fix::liger_flce_forward`` runs Liger's own forward (its kernel) and
 gives its outputs' shapes (its fake kernel); ``dynamo/liger_head.py`` decides where
@@ -7,8 +8,8 @@ Dynamo traces it and builds its ``options``.
 
 Tiers (``INDUCTOR_ADDMM_FIX_LIGER_HEAD=auto``): a static graph whose loop is short enough
 to compile starts with the op too, and reads :func:`loop_promoted` while Dynamo traces
-it, so Dynamo guards on that flag.  The op counts its runs by tier; once one static
-shape has run :data:`PROMOTE_AFTER` times and no graph with a symbolic token count has
+it, so Dynamo guards on that flag.  The ops count their runs by tier (:func:`record_run`,
+one count for both); once one static shape has run :data:`PROMOTE_AFTER` times and no graph with a symbolic token count has
 run the head (the lengths do not change), the flag is set, the guard fails, and Dynamo
 compiles that graph again with Liger's loop, which the package's passes make faster
 than eager.  A run whose lengths change never pays for compiling the loop: its
@@ -79,8 +80,9 @@ def _may_recompile() -> bool:
     return getattr(stance, "stance", "default") != "fail_on_recompile"
 
 
-def _record_run(tier: str, shape: tuple) -> None:
-    """One run of the op, of ``options["tier"]``: ``static`` graphs count towards
+def record_run(tier: str, shape: tuple) -> None:
+    """One run of an op (FLCE's or the distillation losses'), of ``options["tier"]``
+    and keyed by ``shape``: ``static`` graphs count towards
     promotion, ``symbolic`` ones stop it, ``fixed`` ones (a long loop, the ``opaque``
     setting) do neither."""
     global _PROMOTED, _symbolic_ran
@@ -146,7 +148,7 @@ def _run_liger(_input, weight, target, ce_weight, bias, token_grad_output, optio
     tensors["weight"] = weight.detach().requires_grad_(chosen["grads"]["weight"])
     tensors = {k: v for k, v in tensors.items() if k in signature(forward).parameters}
     count(COUNTED, "run")  # each run of the op (the other events are counted while Dynamo traces)
-    _record_run(chosen.get("tier", "fixed"), (tuple(_input.shape), tuple(weight.shape)))
+    record_run(chosen.get("tier", "fixed"), (tuple(_input.shape), tuple(weight.shape)))
     with torch.no_grad():
         outputs = forward(**tensors, **_kwargs(chosen))
     return checked_outputs(FUNCTION, OUTPUTS, outputs, _expected(chosen, _input, weight, bias), _input)

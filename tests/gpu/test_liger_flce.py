@@ -496,3 +496,38 @@ def test_traced_kl_div_loop_compiles_with_a_symbolic_token_count(monkeypatch):
         compiled = torch.compile(fn, dynamic=True)(x, w)
         assert compiled.dtype == eager.dtype == torch.float32
         torch.testing.assert_close(compiled, eager, **TOLERANCE[torch.bfloat16])
+
+
+@pytest.mark.skipif(not _has("liger_fused_linear_kl_div", "accum_dtype"), reason="this Liger has no fused_linear_kl_div")
+@pytest.mark.parametrize("case, loss", [(jsd_loop_case, "jsd"), (kl_div_loop_case, "kl_div")], ids=["jsd", "kl_div"])
+def test_a_fixed_length_under_auto_compiles_the_loss_loop_after_promote_after_steps(case, loss, monkeypatch):
+    """Under ``auto``, a static graph of a 4- to 32-chunk loop without labels runs the
+    package's op for PROMOTE_AFTER steps, then Liger's loop compiled (its ``dispatch()``
+    traced), in the model's graph, with eager's results within bf16's tolerance."""
+    from inductor_addmm_fix.dynamo import liger_head_op
+
+    monkeypatch.setenv("INDUCTOR_ADDMM_FIX_LIGER_HEAD", "auto")
+    torch._dynamo.reset()
+    liger_head_op.reset_tiers()
+    counters.clear()
+    fn, x, w = case(torch.bfloat16)
+    compiled = torch.compile(fn)
+    for _ in range(liger_head_op.PROMOTE_AFTER + 2):
+        x.grad = w.grad = None
+        got = compiled(x, w)
+        got.backward()
+    got_grads = [x.grad, w.grad]
+    x.grad = w.grad = None
+    want = fn(x, w)
+    want.backward()
+    seen = dict(counters[COUNTER])
+    assert seen.get(f"liger_head:{loss}:run") == liger_head_op.PROMOTE_AFTER, seen
+    assert seen.get("liger_head:promoted") == 1 and seen.get(f"liger_head:{loss}:loop:promoted", 0) >= 1, seen
+    assert seen.get("liger_head:dispatch:traced", 0) > 0, seen
+    assert sum(counters["graph_break"].values()) == 0, dict(counters["graph_break"])
+    assert got.dtype == want.dtype == torch.float32
+    torch.testing.assert_close(got, want, **TOLERANCE[torch.bfloat16])
+    for a, b in zip(got_grads, [x.grad, w.grad]):
+        assert a.dtype == b.dtype
+        torch.testing.assert_close(a, b, **TOLERANCE[torch.bfloat16])
+    liger_head_op.reset_tiers()
