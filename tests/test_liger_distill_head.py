@@ -290,9 +290,8 @@ def test_every_option_gives_eager_s_results(head_mode, loss, options):
 
 @pytest.mark.parametrize("loss", LOSSES)
 def test_the_loop_setting_leaves_the_function_as_dynamo_traces_it(head_mode, loss):
-    """Under ``loop`` neither the op nor the branch-free backward: the chunk loop traced
-    (its ``dispatch()`` too), Liger's backward, which tests its gradient on data, breaks
-    the graph."""
+    """Under ``loop`` neither the op nor the branch-free backward: Liger's backward, which
+    tests its gradient on data, breaks the graph."""
     head_mode("loop")
     with liger_distill_mimic() as modules:
         fn = head(modules, loss)
@@ -300,7 +299,7 @@ def test_the_loop_setting_leaves_the_function_as_dynamo_traces_it(head_mode, los
         got = step(torch.compile(fn), tensors)
         want = step(fn, clones(tensors))
     assert events(f"{loss}:opaque") == 0 and events("distill:backward") == 0
-    assert events("dispatch:traced") > 0 and graph_breaks() > 0
+    assert graph_breaks() > 0
     torch.testing.assert_close(got[0], want[0])
 
 
