@@ -12,7 +12,6 @@ import torch
 from torch._dynamo.utils import counters
 
 from helpers import graph_breaks, liger_dispatch_mimic
-from inductor_addmm_fix.dynamo import liger_dispatch
 from inductor_addmm_fix.patching.counters import COUNTER
 
 ROWS, H, V = 40, 16, 64  # chunks of 8 rows: 5 per call

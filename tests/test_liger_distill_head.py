@@ -197,6 +197,18 @@ def test_a_fixed_length_compiles_the_loop_after_promote_after_steps(loss):
     assert events("dispatch:traced") > 0 and graph_breaks() == 0
 
 
+def test_a_run_whose_lengths_changed_never_compiles_the_loop():
+    """The first length comes back for many steps after a symbolic graph ran the op: its
+    static graph keeps the op (the tiers are FLCE's: ``liger_head_op``)."""
+    with liger_distill_mimic() as modules, many_recompiles():
+        fn = torch.compile(head(modules, "jsd"))
+        for seed, rows in enumerate((40, 48) + (40,) * (liger_head_op.PROMOTE_AFTER + 2)):
+            step(fn, inputs("jsd", rows, seed=seed))
+    assert events("promoted") == 0 and events("jsd:loop:promoted") == 0
+    assert events("jsd:run") == liger_head_op.PROMOTE_AFTER + 4
+    assert counters["stats"]["unique_graphs"] == 2
+
+
 @pytest.mark.parametrize("loss", LOSSES)
 def test_a_loop_dispatch_does_not_trace_keeps_the_op_at_a_fixed_length(loss):
     """Where Liger's dispatch resolves an implementation Dynamo would break at (an
