@@ -43,7 +43,7 @@ RETIRED_BY = "none: Liger 0.8.5 wraps its dispatch() in torch.compiler.disable"
 MODULE = "liger_kernel.backends.dispatch"
 FUNCTION = "dispatch"
 #: the per-chunk kernels of JSD and KL-div, whose loops this traces
-OPS = frozenset({"jsd_loss_and_grad", "kl_loss_and_grad"})
+OPS = frozenset(forward.kernel for forward in liger_distill_head.FORWARDS.values())
 
 
 def is_liger_dispatch(value: Any) -> bool:

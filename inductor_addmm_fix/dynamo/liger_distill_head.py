@@ -43,6 +43,7 @@ from __future__ import annotations
 import functools
 import importlib
 import json
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -133,12 +134,11 @@ def _run_liger(tensors, options: str):
     forward = getattr(importlib.import_module(spec.module), spec.function)
     named = dict(zip(spec.tensors, tensors))
     named["student_weight"] = named["student_weight"].detach().requires_grad_(chosen["weight_grad"])
+    student_input, weight = tensors[0], tensors[1]
     count(COUNTED, f"{spec.loss}:run")
-    student_weight = named["student_weight"]
-    record_run(chosen.get("tier", "fixed"), (spec.loss, tuple(tensors[0].shape), tuple(student_weight.shape)))
+    record_run(chosen.get("tier", "fixed"), (spec.loss, tuple(student_input.shape), tuple(weight.shape)))
     with torch.no_grad():
         outputs = forward(**{k: v for k, v in named.items() if k in signature(forward).parameters}, **_kwargs(chosen))
-    student_input, weight = tensors[0], tensors[1]
     return checked_outputs(spec.function, OUTPUTS, outputs, _expected(chosen, student_input, weight), student_input)
 
 
@@ -195,8 +195,6 @@ def chunk_count(spec: Forward, rows, hidden, vocab, device) -> int | None:
     """How many chunks Liger's loop runs for these sizes (its formula, with the budget
     constant its module holds: KL-div's ``_CHUNK_MEM_CONST``, JSD's per GPU generation),
     or None where a size is symbolic."""
-    import sys
-
     from .liger_head import liger_chunks
 
     module = sys.modules.get(spec.module)
@@ -221,9 +219,7 @@ def tier(spec: Forward, student_input, student_weight, has_label: bool, promoted
     chunks = chunk_count(spec, student_input.shape[0], student_input.shape[-1], student_weight.shape[0], student_input.device)
     if chunks is None:
         return "symbolic"
-    if chunks not in LOOP_CHUNKS or not loop_traceable(spec, student_input.device):
-        return "fixed"
-    if has_label:
+    if has_label or chunks not in LOOP_CHUNKS or not loop_traceable(spec, student_input.device):
         return "fixed"
     if promoted():  # Dynamo guards on the flag read here
         return None
@@ -235,8 +231,6 @@ def loop_traceable(spec: Forward, device) -> bool:
     ``dispatch`` (Liger 0.8.1's JSD), or Liger's, which ``dynamo/liger_dispatch.py``
     traces for this kernel and device.  Another (a cuTile or autograd implementation, a
     ``torch.compiler.disable``'d call Dynamo would break at) keeps the op."""
-    import sys
-
     from . import liger_dispatch
 
     dispatcher = getattr(sys.modules.get(spec.module), "dispatch", None)
@@ -306,12 +300,12 @@ def traced(variable, tx, args: list, kwargs: dict, chosen: str, stock: Callable,
     (``auto``/``opaque``), or None where it traces the call as before.  ``stock`` is
     Dynamo's ``UserFunctionVariable.call_function``; ``warn(key, message)`` warns once;
     ``promoted()`` traces :func:`liger_head_op.loop_promoted` and gives its value."""
-    fn = variable.fn
     from torch._dynamo.variables import ConstantVariable
     from torch._dynamo.variables.functions import UserFunctionVariable
 
     from .liger_head import _a_frame_of_its_own, _constant, _plain
 
+    fn = variable.fn
     if chosen == "loop":
         return None
     if is_backward(fn):
