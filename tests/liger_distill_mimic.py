@@ -20,19 +20,9 @@ which is what the package recognises.
 import sys
 
 import torch
+from liger_flce_mimic import _cdiv, _next_power_of_2
 
 _DISPATCH = "liger_kernel.backends.dispatch"
-
-
-def _cdiv(a, b):
-    return (a + b - 1) // b
-
-
-def _next_power_of_2(n):
-    p = 1
-    while p < n:
-        p *= 2
-    return p
 
 
 def _chunks(BT, H, V):
