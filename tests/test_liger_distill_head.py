@@ -238,6 +238,27 @@ def test_labels_keep_the_op_at_a_fixed_length(loss):
     assert counters["stats"]["unique_graphs"] == 1 and graph_breaks() == 0
 
 
+def test_jsd_with_an_fp32_accumulator_keeps_the_op_at_a_fixed_length():
+    """Its compiled loop held every chunk's logits at once on an H100
+    (``liger_distill_head.KEEPS_OP``): a fixed length keeps the op, with eager's results."""
+    with liger_distill_mimic() as modules:
+        fn = torch.compile(head(modules, "jsd", accum_dtype=torch.float32))
+        for seed in range(liger_head_op.PROMOTE_AFTER + 2):
+            tensors = inputs("jsd", 40, dtype=torch.bfloat16, seed=seed)
+            assert_same(step(fn, tensors), step(head(modules, "jsd", accum_dtype=torch.float32), clones(tensors)))
+    assert events("promoted") == 0 and events("jsd:run") == liger_head_op.PROMOTE_AFTER + 2
+    assert counters["stats"]["unique_graphs"] == 1 and graph_breaks() == 0
+
+
+def test_kl_div_with_an_fp32_accumulator_compiles_the_loop_after_promote_after_steps():
+    with liger_distill_mimic() as modules:
+        fn = torch.compile(head(modules, "kl_div", accum_dtype=torch.float32))
+        for seed in range(liger_head_op.PROMOTE_AFTER + 2):
+            step(fn, inputs("kl_div", 40, dtype=torch.bfloat16, seed=seed))
+    assert events("promoted") == 1 and events("kl_div:loop:promoted") >= 1
+    assert events("kl_div:run") == liger_head_op.PROMOTE_AFTER
+
+
 @pytest.mark.parametrize("loss", LOSSES)
 def test_a_loop_of_fewer_than_four_chunks_keeps_the_op_at_a_fixed_length(loss):
     """3 chunks (KL-div's 2-chunk loop compiled ran slower than eager's on an H100)."""
