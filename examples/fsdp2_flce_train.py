@@ -251,6 +251,7 @@ def main(argv=None):
             print("PASS" if ok else "FAIL", flush=True)
     status = torch.tensor([0 if ok else 1], device=device)
     dist.broadcast(status, src=0)
+    dist.barrier()  # every rank past the broadcast before any rank tears the group down
     dist.destroy_process_group()
     return int(status.item())
 
