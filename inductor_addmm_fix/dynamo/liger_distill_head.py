@@ -223,9 +223,8 @@ def tier(spec: Forward, student_input, student_weight, has_label: bool, promoted
     chunks = chunk_count(spec, student_input.shape[0], student_input.shape[-1], student_weight.shape[0], student_input.device)
     if chunks is None:
         return "symbolic"
-    if has_label or (spec.loss, accum_dtype) in KEEPS_OP or chunks not in LOOP_CHUNKS:
-        return "fixed"
-    if not loop_traceable(spec, student_input.device):
+    if (has_label or (spec.loss, accum_dtype) in KEEPS_OP or chunks not in LOOP_CHUNKS
+            or not loop_traceable(spec, student_input.device)):  # fmt: skip
         return "fixed"
     if promoted():  # Dynamo guards on the flag read here
         return None

@@ -472,8 +472,9 @@ def kl_div_loop_case(dtype, bt=256):
 def test_traced_loss_loops_accumulate_each_chunk_once_paired_or_in_place(case, monkeypatch):
     """Under ``loop``, the chunks of JSD's and KL-div's weight-gradient accumulation keep
     their order (chunk_order), consecutive chunks are merged in pairs (accumulate_pairs, on
-    the pair kernel on Hopper where it takes the accumulator's size), and every accumulation step, a pair or a chunk left alone,
-    runs in place (reinplace): one step per chunk not merged into the step before it."""
+    the pair kernel on Hopper where it takes the accumulator's size), and every
+    accumulation step, a pair or a chunk left alone, runs in place (reinplace): one step
+    per chunk not merged into the step before it."""
     monkeypatch.setenv("INDUCTOR_ADDMM_FIX_LIGER_HEAD", "loop")
     torch._dynamo.reset()
     counters[COUNTER].clear()
