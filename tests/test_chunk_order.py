@@ -86,9 +86,17 @@ def test_each_chunks_root_matmul_waits_for_the_previous_chunks_work():
 
 
 @needs_pass
-def test_a_graph_without_the_pattern_is_left_alone():
+def test_a_chain_without_a_matmul_per_chunk_is_left_alone_and_counted_as_declined():
     x, w, y = torch.randn(BT, H), torch.randn(V, H), torch.randn(BT, V)
     gm = make_fx(unrelated_matmuls, tracing_mode="fake")(x, w, y)
+    before = str(gm.graph)
+    assert run_pass(gm) == (0, {"declined:roots": 1})
+    assert str(gm.graph) == before
+
+
+@needs_pass
+def test_a_graph_without_an_accumulation_chain_is_left_alone_uncounted():
+    gm = make_fx(lambda x, w: torch.softmax(x @ w.t(), -1) @ w, tracing_mode="fake")(torch.randn(BT, H), torch.randn(V, H))
     before = str(gm.graph)
     assert run_pass(gm) == (0, {})
     assert str(gm.graph) == before
@@ -182,7 +190,9 @@ def test_compiled_code_of_a_graph_without_the_pattern_is_unchanged(monkeypatch):
     monkeypatch.setitem(post_grad_slot.PASSES, chunk_order.NAME, spy)
     ours = compile_and_run(no_loop, x, w, b, no_grad=True)
     assert len(graphs) == 2 and graphs[0] == graphs[1]  # the FX graph, as text, before and after
-    assert not any(k.startswith(("chunk_order:", "slice_writes:")) for k in ours.counts)
+    assert {k: n for k, n in ours.counts.items() if k.startswith(("chunk_order:", "slice_writes:"))} == {
+        "chunk_order:declined:roots": 1  # the longer chain, a step without a matmul of its own
+    }
     stock = compile_and_run(no_loop, x, w, b, no_grad=True, post_grad_passes=False)
     assert _without_ids(ours.codes) == _without_ids(stock.codes)  # and byte-identical output code
     torch.testing.assert_close(ours.result[0], b.t() @ x)

@@ -32,8 +32,10 @@ respect them; no buffer lives longer and no value changes.  A graph without the 
 or one where the edges would form a cycle, is left untouched, and the pass never raises.
 
 What it did is counted in ``torch._dynamo.utils.counters["inductor_addmm_fix"]``:
-``chunk_order:graphs``, ``chunk_order:chunks``, ``chunk_order:edges``, and
-``chunk_order:error`` (an unexpected failure, the graph left as it was).
+``chunk_order:graphs``, ``chunk_order:chunks``, ``chunk_order:edges``,
+``chunk_order:declined:<why>`` (a graph with an accumulation chain left as it was, see
+:func:`plan_edges`), and ``chunk_order:error`` (an unexpected failure, the graph left as
+it was).
 
 Upstream: none known (Inductor has no notion of a reused out= buffer's ordering).
 """
@@ -165,10 +167,13 @@ def chunk_roots(chain: list[fx.Node]) -> list[fx.Node] | None:
             seen |= needed
             own = [n for n in new if n.op == "call_function" and n.target in matmuls and _tensor_val(n)]
             if not own:
+                log.debug("chunk_order: step %s (%d operand groups, recorded: %s): a chunk without a matmul of its own",
+                          step.name, len(groups), CHUNK_OPERANDS in step.meta)
                 return None
             largest = sorted(own, key=lambda n: (-_numel(n), order[n]))[:per_group]
             roots += sorted(largest, key=order.__getitem__)
     if len(set(roots)) != len(roots):
+        log.debug("chunk_order: chunks share a root: %s", [r.name for r in roots])
         return None
     return roots
 
@@ -218,14 +223,26 @@ def _acyclic_with(graph: fx.Graph, deps: dict[fx.Node, list[fx.Node]]) -> bool:
 
 def plan_edges(graph: fx.Graph) -> tuple[list[fx.Node], dict[fx.Node, list[fx.Node]]] | None:
     """The chunk roots and the ordering edges this pass would add, or None (no pattern).
-    Reads the graph only."""
+    Reads the graph only.  Where a graph has an accumulation chain and no chain gets
+    edges, counts why the longest was declined: ``declined:roots`` (no distinct root
+    matmul per chunk), ``declined:no_edges`` (no chunk's work ends before the next root),
+    ``declined:cycle`` (the edges would form a cycle)."""
+    declined = None
     for chain in accumulation_chains(graph):
         roots = chunk_roots(chain)
         if roots is None:
+            declined = declined or ("roots", chain, None)
             continue
         deps = ordering_edges(graph, roots)
         if deps and _acyclic_with(graph, deps):
             return roots, deps
+        declined = declined or ("cycle" if deps else "no_edges", chain, roots)
+    if declined is not None:
+        why, chain, roots = declined
+        _count(f"declined:{why}")
+        log.debug("chunk_order: a chain of %d steps (%s) declined (%s); roots: %s", len(chain),
+                  ", ".join(sorted({str(s.target) for s in chain})), why,
+                  None if roots is None else [f"{r.name}:{r.target}" for r in roots])
     return None
 
 
