@@ -58,8 +58,11 @@ def test_a_command_that_times_out_is_killed_with_every_process_it_started(tmp_pa
     wait_for(lambda: not alive(grandchild), timeout=10)
 
 
+# Python's own SIGINT handling, as an interactive session has it: a process started by a
+# background job (``cmd &`` in a script) inherits SIGINT ignored, and so would this one.
 PRIVATE_DIR = """
-import sys, time
+import signal, sys, time
+signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.path.insert(0, "tests")
 from processes import private_dir
 print(private_dir("inductor-addmm-fix-test-"), flush=True)
