@@ -107,7 +107,7 @@ print(json.dumps(dict(before=before, after=fix.status().summary, command=out.get
 """
 
 
-@pytest.mark.parametrize("value", [None, "-out_dtype", "0", "maybe,-views"])
+@pytest.mark.parametrize("value", [None, "-out_dtype", *(pytest.param(v, marks=pytest.mark.slow) for v in ("0", "maybe,-views"))])
 def test_python_s_status_and_the_command_give_the_same_line_in_the_same_process(value):
     """Before the first compile Python's status() may say the fix applies then; the
     command, which imports torch._inductor, says what a compile finds; never the contrary."""

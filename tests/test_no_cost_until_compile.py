@@ -66,7 +66,11 @@ def _installed(route: str) -> bool:
     return True
 
 
-@pytest.mark.parametrize("route", ROUTES)
+#: The default run takes the route an installed package takes; the slow run every route.
+ROUTE_PARAMS = [route if route == "entry-point" else pytest.param(route, marks=pytest.mark.slow) for route in ROUTES]
+
+
+@pytest.mark.parametrize("route", ROUTE_PARAMS)
 def test_activation_imports_neither_dynamo_nor_inductor_and_the_first_compile_gets_the_fix(route):
     if not _installed(route):
         pytest.skip(f"the {route} route is not installed in this Python (the package is on its path only)")
