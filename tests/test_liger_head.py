@@ -292,6 +292,23 @@ def test_a_gradient_of_one_leaves_liger_s_saved_gradients_as_they_are():
     assert torch.equal(w.grad, ew.grad)
 
 
+def rounded_then_scaled(accumulator, grad_output):
+    """A compiled Liger loop's end (``accumulator.to(weight.dtype)``), then the backward's
+    product of that gradient."""
+    return liger_head_op.scaled_gradients(grad_output, None, accumulator.to(torch.bfloat16), None)[1]
+
+
+def test_the_backward_reads_the_rounded_gradient_with_no_cast_of_a_cast():
+    """A ``.to(float32)`` of the rounded gradient in the backward would make a cast of a
+    cast in the joint graph, which Inductor's ``pointless_convert`` folds into one cast on
+    torch 2.8-2.12: the backward would read the float32 accumulator itself."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    casts = (torch.ops.aten._to_copy.default, torch.ops.prims.convert_element_type.default)
+    graph = make_fx(rounded_then_scaled)(torch.randn(V, H), torch.tensor(1 / 3)).graph
+    assert [n for n in graph.nodes if n.target in casts and getattr(n.args[0], "target", None) in casts] == []
+
+
 def test_the_backward_writes_its_products_into_the_saved_gradients():
     """No second weight-sized gradient: Inductor reuses the saved gradients' buffers."""
     from torch._inductor.utils import run_and_get_code

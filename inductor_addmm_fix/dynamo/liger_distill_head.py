@@ -27,8 +27,7 @@ with the op, and is compiled again with Liger's loop once its length has run
 ``PROMOTE_AFTER`` steps and no symbolic graph has: compiled, JSD's 32-chunk loop ran at
 0.66-0.73x eager's time on an H100, KL-div's 8-chunk loop at 0.85x, its 2-chunk loop
 1-2 % slower than eager.  With labels Liger reads their count with ``.item()``, a graph
-break at the Function: the op stays; so it does for JSD with an fp32 accumulator
-(:data:`KEEPS_OP`: its compiled loop held 2.3 GiB more than eager).
+break at the Function: the op stays.
 
 Only a forward this module recognises is redirected: the function of that name in Liger's
 module, with Liger's parameters (0.8.1 through 0.8.5 and the nightly, see
@@ -210,21 +209,17 @@ def chunk_count(spec: Forward, rows, hidden, vocab, device) -> int | None:
     return liger_chunks((rows, hidden), (vocab, hidden), const)
 
 
-def tier(spec: Forward, student_input, student_weight, has_label: bool, promoted: Callable[[], bool],
-         accum_dtype: str | None = None) -> str | None:  # fmt: skip
+def tier(spec: Forward, student_input, student_weight, has_label: bool, promoted: Callable[[], bool]) -> str | None:
     """``auto``'s tier for a call whose student tensors are these example values: None
     where the loop is compiled (promoted), else ``symbolic``, ``static`` (a loop of
     :data:`LOOP_CHUNKS` chunks that Dynamo traces in one graph, counted towards
     promotion) or ``fixed``.  With labels, Liger reads their count with ``.item()``,
     which breaks the graph at its Function (with ``capture_scalar_outputs`` on, torch
-    2.13 raises ``PendingUnbackedSymbolNotFound`` tracing JSD's Function): the op stays.
-    So it does for a loss and accumulator dtype (``accum_dtype``'s name) in
-    :data:`KEEPS_OP`."""
+    2.13 raises ``PendingUnbackedSymbolNotFound`` tracing JSD's Function): the op stays."""
     chunks = chunk_count(spec, student_input.shape[0], student_input.shape[-1], student_weight.shape[0], student_input.device)
     if chunks is None:
         return "symbolic"
-    if (has_label or (spec.loss, accum_dtype) in KEEPS_OP or chunks not in LOOP_CHUNKS
-            or not loop_traceable(spec, student_input.device)):  # fmt: skip
+    if has_label or chunks not in LOOP_CHUNKS or not loop_traceable(spec, student_input.device):
         return "fixed"
     if promoted():  # Dynamo guards on the flag read here
         return None
@@ -247,11 +242,6 @@ def loop_traceable(spec: Forward, device) -> bool:
 #: H100); at least 4 (KL-div's 2-chunk loop ran 0.8-1.7 % slower than eager's, its
 #: 8-chunk loop 15 % faster; JSD's 32-chunk loop 27-34 % faster)
 LOOP_CHUNKS = range(4, 33)
-#: ``auto``: (loss, accumulator dtype) whose static graphs keep the op.  JSD's 32-chunk
-#: loop with an fp32 accumulator, compiled, held 2.3 GiB more than eager on an H100
-#: (Llama-3-8B head; the package's chunk_order counted nothing on that graph, so its
-#: chunks were not kept in order); with accum None it held 220 MiB less, KL-div's less too
-KEEPS_OP = frozenset({("jsd", "float32")})
 _loop_depth = 0
 
 
@@ -340,7 +330,7 @@ def traced(variable, tx, args: list, kwargs: dict, chosen: str, stock: Callable,
     tensors, options, (student_input, weight) = call
     if chosen == "auto":
         has_label = bool(options["kwargs"].get("has_label"))
-        options["tier"] = tier(spec, student_input, weight, has_label, promoted, options["kwargs"].get("accum_dtype"))
+        options["tier"] = tier(spec, student_input, weight, has_label, promoted)
         if options["tier"] is None:
             count(COUNTED, f"{spec.loss}:loop:promoted")
             return _traced_as_loop(lambda: stock(variable, tx, args, kwargs))

@@ -222,12 +222,25 @@ def scaled_gradients(grad_output, grad_input, grad_weight, grad_bias):
     Liger branches on ``torch.equal(grad_output, 1.0)``, a data-dependent test that
     breaks the graph at its autograd Function; this has no branch, and Inductor writes
     the products into the saved gradients' buffers (AOTAutograd donates them to the
-    backward)."""
+    backward).
+
+    The factor is ``grad_output`` as a 1-element tensor in the product's dtype, and the
+    gradient is not cast to it by a node of its own: a compiled Liger loop ends with
+    ``grad_weight = accumulator.to(weight.dtype)``, and ``.to(float32)`` of that in this
+    backward would make a narrowing-then-widening chain in the joint graph, which
+    Inductor's ``pointless_convert`` collapses on torch 2.8-2.12 (kept since PR #184366,
+    torch 2.13).  The backward then reads the float32 accumulator, not its rounded copy:
+    its product is not eager's where ``grad_output`` is not 1, and the partitioner, to
+    save that accumulator, moved the whole accumulation into the backward and saved
+    every chunk's gradient (Liger's JSD on the Llama-3-8B head: 2.3 GiB over eager on an
+    H100).  With a dimensioned factor the promotion happens inside the multiply's
+    kernel."""
     import torch
 
     def scaled(grad):
         if grad is None:
             return None
-        return (grad.to(torch.promote_types(grad.dtype, torch.float32)) * grad_output).to(grad.dtype)
+        factor = grad_output.to(torch.promote_types(grad.dtype, torch.float32)).reshape(1)
+        return (grad * factor).to(grad.dtype)
 
     return scaled(grad_input), scaled(grad_weight), scaled(grad_bias)

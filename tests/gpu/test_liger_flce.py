@@ -455,8 +455,7 @@ def jsd_loop_case(dtype, accum_dtype=torch.float32):
 
 
 def jsd_accum_none_loop_case(dtype):
-    """:func:`jsd_loop_case` accumulating in the weight's dtype (``auto`` keeps JSD's op
-    with an fp32 accumulator: ``liger_distill_head.KEEPS_OP``)."""
+    """:func:`jsd_loop_case` accumulating in the weight's dtype."""
     return jsd_loop_case(dtype, accum_dtype=None)
 
 
@@ -508,8 +507,8 @@ def test_traced_kl_div_loop_compiles_with_a_symbolic_token_count(monkeypatch):
 
 
 @pytest.mark.skipif(not _has("liger_fused_linear_kl_div", "accum_dtype"), reason="this Liger has no fused_linear_kl_div")
-@pytest.mark.parametrize("case, loss", [(jsd_accum_none_loop_case, "jsd"), (kl_div_loop_case, "kl_div")],
-                         ids=["jsd-accum-None", "kl_div"])  # fmt: skip
+@pytest.mark.parametrize("case, loss", [(jsd_loop_case, "jsd"), (jsd_accum_none_loop_case, "jsd"), (kl_div_loop_case, "kl_div")],
+                         ids=["jsd-fp32", "jsd-accum-None", "kl_div"])  # fmt: skip
 def test_a_fixed_length_under_auto_compiles_the_loss_loop_after_promote_after_steps(case, loss, monkeypatch):
     """Under ``auto``, a static graph of a 4- to 32-chunk loop without labels runs the
     package's op for PROMOTE_AFTER steps, then Liger's loop compiled (its ``dispatch()``
