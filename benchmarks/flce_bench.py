@@ -77,7 +77,9 @@ def profiled(fn, *, steps: int = 2, setup=lambda: None):
             fn()
         torch.cuda.synchronize()
     events = prof.key_averages()
-    busy = sum(getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0)) for e in events)
+    # the kernels' own time: an operator's event counts its kernels' time as its own too
+    kernels = [e for e in events if getattr(e, "device_type", None) == torch.autograd.DeviceType.CUDA]
+    busy = sum(getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0)) for e in kernels)
     return busy / 1000 / steps, events
 
 
