@@ -4,7 +4,10 @@
 #   bash tests/gpu/run_on_device.sh [family] [errors] [repro] [liger085] [jsdkl085] [weights085] [modes085] [liger081]
 #                                   [accumulate] [parity] [loop] [ligersuite[-jsd|-kl]] [losses] [name='shell command'...]
 # The device allows 600 s a call: pick steps that fit.  Steps of one call may run side by
-# side with OUT=<a folder of their own> each (the summary is per OUT).
+# side with OUT=<a folder of their own> each (the summary is per OUT).  At most 8 files
+# come back from a call's $OUT (no deeper than two folders): a call of many steps ends
+# with one archive, e.g. `tar czf $OUT/all.tgz -C $OUT --exclude all.tgz .`, or prints
+# what it needs.
 #   accumulate  tests/gpu/test_accumulate_kernel_cuda.py: the Hopper accumulate kernel against cuBLAS and
 #               float64, compiled chains through it (CUDA graphs, symbolic sizes)
 #   parity      scripts/opinfo_parity.py on CUDA: PyTorch's samples of the matmul family, slices and views
