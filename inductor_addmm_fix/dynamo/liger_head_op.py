@@ -229,12 +229,11 @@ def scaled_gradients(grad_output, grad_input, grad_weight, grad_bias):
     ``grad_weight = accumulator.to(weight.dtype)``, and ``.to(float32)`` of that in this
     backward would make a narrowing-then-widening chain in the joint graph, which
     Inductor's ``pointless_convert`` collapses on torch 2.8-2.12 (kept since PR #184366,
-    torch 2.13).  The backward then reads the float32 accumulator, not its rounded copy:
-    its product is not eager's where ``grad_output`` is not 1, and the partitioner, to
-    save that accumulator, moved the whole accumulation into the backward and saved
-    every chunk's gradient (Liger's JSD on the Llama-3-8B head: 2.3 GiB over eager on an
-    H100).  With a dimensioned factor the promotion happens inside the multiply's
-    kernel."""
+    torch 2.13).  The backward would read the float32 accumulator, not its rounded copy:
+    a product eager does not compute where ``grad_output`` is not 1; and on torch 2.11 the
+    partitioner moved the whole accumulation into the backward to feed it, saving every
+    chunk's gradient (Liger's JSD on the Llama-3-8B head: 2.3 GiB over eager on an H100).
+    With a 1-element factor the promotion happens inside the multiply's kernel."""
     import torch
 
     def scaled(grad):
