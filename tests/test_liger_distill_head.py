@@ -137,6 +137,36 @@ def test_the_function_joins_the_model_s_graph_with_eager_s_results(loss, dtype):
     assert_same(got, want)
 
 
+def step_in_region(fn, tensors, region: bool):
+    """:func:`step` on clones of ``tensors``, under CPU bf16 autocast where ``region``."""
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=region):
+        return step(fn, clones(tensors))
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+def test_under_autocast_the_op_runs_liger_s_forward_in_the_caller_s_region(loss):
+    """Compiled code runs its ops with autocast off; the op's kernel, Liger's forward, runs
+    in the autocast region its call was traced in, as Liger's Function runs it in eager
+    (bf16 products of fp32 tensors): eager's results bit for bit."""
+    with liger_distill_mimic() as modules:
+        fn = head(modules, loss)
+        tensors = inputs(loss, 40, labels=True)
+        got = step_in_region(torch.compile(fn), tensors, True)
+        want, outside = step_in_region(fn, tensors, True), step_in_region(fn, tensors, False)
+    assert events(f"{loss}:run") == 1
+    assert not torch.equal(want[1][1], outside[1][1])  # the region changed eager's products
+    assert_same(got, want)
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+def test_a_graph_traced_outside_autocast_is_not_run_inside_it(loss):
+    with liger_distill_mimic() as modules:
+        fn = head(modules, loss)
+        compiled, tensors = torch.compile(fn), inputs(loss, 40, labels=True)
+        for region in (False, True):
+            assert_same(step_in_region(compiled, tensors, region), step_in_region(fn, tensors, region))
+
+
 @pytest.mark.parametrize("loss", LOSSES)
 def test_a_gradient_of_one_leaves_the_saved_gradients_as_they_are(loss):
     with liger_distill_mimic() as modules:

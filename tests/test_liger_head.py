@@ -292,6 +292,46 @@ def test_a_gradient_of_one_leaves_liger_s_saved_gradients_as_they_are():
     assert torch.equal(w.grad, ew.grad)
 
 
+def autocast_steps(loss, tensors, regions):
+    """(loss, grads) of ``loss`` compiled and of eager, each run on clones of ``tensors``
+    once per region of ``regions`` (True: under CPU bf16 autocast), the compiled function
+    the same throughout; and eager's step outside autocast."""
+    compiled = torch.compile(loss)
+
+    def run(fn, region):
+        x, w, t = clones(*tensors[:2]) + [tensors[2]]
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=region):
+            out = fn(x, w, t)
+            out.backward()
+        return out.detach(), [x.grad, w.grad]
+
+    return [(run(compiled, r), run(loss, r)) for r in regions], run(loss, False)
+
+
+def assert_equal_steps(got, want):
+    assert torch.equal(got[0], want[0])
+    assert all(a.dtype == b.dtype and torch.equal(a, b) for a, b in zip(got[1], want[1]))
+
+
+def test_under_autocast_the_op_runs_liger_s_forward_in_the_caller_s_region():
+    """Compiled code runs its ops with autocast off (AOTAutograd applied it while it traced
+    them); the op's kernel, Liger's forward, runs in the autocast region its call was traced
+    in, as Liger's Function runs it in eager: bf16 products of fp32 tensors, eager's loss
+    and gradients bit for bit."""
+    with liger_mimic() as liger:
+        [(got, want)], outside = autocast_steps(scaled_head(liger), inputs(40, dtype=torch.float32)[:3], [True])
+    assert events("run") == 1
+    assert not torch.equal(want[1][1], outside[1][1])  # the region changed eager's products
+    assert_equal_steps(got, want)
+
+
+def test_a_graph_traced_outside_autocast_is_not_run_inside_it():
+    with liger_mimic() as liger:
+        runs, _ = autocast_steps(scaled_head(liger), inputs(40, dtype=torch.float32)[:3], [False, True])
+    for got, want in runs:
+        assert_equal_steps(got, want)
+
+
 def rounded_then_scaled(accumulator, grad_output):
     """A compiled Liger loop's end (``accumulator.to(weight.dtype)``), then the backward's
     product of that gradient."""

@@ -48,7 +48,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..patching.counters import count
-from .liger_head_op import COUNTED, _kwargs, _options, record_run, checked_outputs, scaled_gradients
+from .liger_head_op import COUNTED, _kwargs, _options, autocast_as_traced, autocast_state, record_run, checked_outputs
+from .liger_head_op import scaled_gradients
 from .liger_head_op import signature
 
 OP = "inductor_addmm_fix::liger_distill_forward"
@@ -137,7 +138,7 @@ def _run_liger(tensors, options: str):
     student_input, weight = tensors[0], tensors[1]
     count(COUNTED, f"{spec.loss}:run")
     record_run(chosen.get("tier", "fixed"), (spec.loss, tuple(student_input.shape), tuple(weight.shape)))
-    with torch.no_grad():
+    with torch.no_grad(), autocast_as_traced(chosen):
         outputs = forward(**{k: v for k, v in named.items() if k in signature(forward).parameters}, **_kwargs(chosen))
     return checked_outputs(spec.function, OUTPUTS, outputs, _expected(chosen, student_input, weight), student_input)
 
@@ -290,7 +291,8 @@ def opaque_call(fn: Callable, args: list, kwargs: dict, constant: Callable, plai
     student_input, weight = (tensors[n].as_proxy().node.meta.get("example_value") for n in spec.tensors[:2])
     if student_input is None or weight is None:
         return None
-    options = {"function": spec.function, "kwargs": scalars, "weight_grad": bool(weight.requires_grad), "tier": "fixed"}
+    options = {"function": spec.function, "kwargs": scalars, "weight_grad": bool(weight.requires_grad), "tier": "fixed",
+               "autocast": autocast_state(student_input.device)}  # fmt: skip
     return [tensors.get(n) for n in spec.tensors], options, (student_input, weight)
 
 

@@ -72,7 +72,7 @@ from ..patching.slots import Attribute
 from ..patching.warn import warn_once
 from . import liger_distill_head, liger_head_op
 from .liger_head_op import BACKWARD, BACKWARD_PARAMETERS, BACKWARD_SOURCE, COUNTED, FUNCTION, MODULE, TENSORS
-from .liger_head_op import liger_flce_forward, opaque_forward
+from .liger_head_op import autocast_state, liger_flce_forward, opaque_forward
 from .liger_head_op import VARIABLE  # noqa: F401  (the setting's name, for messages and tests)
 from .liger_head_op import signature as _signature
 
@@ -266,7 +266,8 @@ def opaque_call(fn, args, kwargs, chosen: str, promoted: Callable[[], bool]):
         grads["input"] and "bias" in tensors,
     )  # fmt: skip
     options = {"module": fn.__module__, "kwargs": scalars, "grads": grads, "present": present,
-               "per_token": merged.get("reduction") == "none", "tier": tier}  # fmt: skip
+               "per_token": merged.get("reduction") == "none", "tier": tier,
+               "autocast": autocast_state(example.device)}  # fmt: skip
     return [tensors.get(n) for n in TENSORS], json.dumps(options, sort_keys=True), present
 
 

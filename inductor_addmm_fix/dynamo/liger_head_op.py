@@ -96,6 +96,38 @@ def record_run(tier: str, shape: tuple) -> None:
         count(COUNTED, "promoted")
 
 
+# ---------------------------------------------------------------- autocast
+def autocast_state(device) -> list | None:
+    """``[device type, dtype name]`` of the autocast region active for ``device`` while
+    Dynamo traces a call of Liger's forward (Dynamo enters a region the compiled code opens
+    while it traces it), or None outside one.  Recorded in the op's options: the compiled
+    graph runs its ops with autocast off (AOTAutograd applied it when it traced them), and
+    the op's kernel, Liger's forward, must run inside the region as eager runs it (its
+    Function's ``custom_fwd`` keeps the caller's region)."""
+    import torch
+
+    kind = device.type
+    try:
+        if not torch.is_autocast_enabled(kind):
+            return None
+        return [kind, str(torch.get_autocast_dtype(kind)).removeprefix("torch.")]
+    except (TypeError, RuntimeError):  # a device type autocast does not know
+        return None
+
+
+def autocast_as_traced(options: dict):
+    """The autocast region ``options["autocast"]`` records (see :func:`autocast_state`),
+    or none."""
+    import contextlib
+
+    import torch
+
+    state = options.get("autocast")
+    if state is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=state[0], dtype=getattr(torch, state[1]))
+
+
 # ---------------------------------------------------------------- the op
 @functools.lru_cache(maxsize=None)
 def _options(text: str) -> dict:
@@ -149,7 +181,7 @@ def _run_liger(_input, weight, target, ce_weight, bias, token_grad_output, optio
     tensors = {k: v for k, v in tensors.items() if k in signature(forward).parameters}
     count(COUNTED, "run")  # each run of the op (the other events are counted while Dynamo traces)
     record_run(chosen.get("tier", "fixed"), (tuple(_input.shape), tuple(weight.shape)))
-    with torch.no_grad():
+    with torch.no_grad(), autocast_as_traced(chosen):
         outputs = forward(**tensors, **_kwargs(chosen))
     return checked_outputs(FUNCTION, OUTPUTS, outputs, _expected(chosen, _input, weight, bias), _input)
 
