@@ -38,18 +38,18 @@ def events(name: str) -> int:
     return counters[COUNTER].get(f"liger_head:{name}", 0)
 
 
-def inputs(loss: str, rows: int, *, dtype=torch.float32, labels=False, weight_grad=True, seed=0):
+def inputs(loss: str, rows: int, *, dtype=torch.float32, labels=False, weight_grad=True, seed=0, hidden=H, vocab=V):
     """The tensors of a call of ``loss``'s Function before its options: the student's
     input and weight, then the teacher's input and weight (JSD) or the target
     distribution (KL-div), then the labels."""
     generator = torch.Generator().manual_seed(seed)
-    x = torch.randn(rows, H, generator=generator, dtype=dtype).requires_grad_()
-    w = (torch.randn(V, H, generator=generator, dtype=dtype) * 0.3).requires_grad_(weight_grad)
+    x = torch.randn(rows, hidden, generator=generator, dtype=dtype).requires_grad_()
+    w = (torch.randn(vocab, hidden, generator=generator, dtype=dtype) * 0.3).requires_grad_(weight_grad)
     if loss == "jsd":
         other = [torch.randn(rows, TEACHER_H, generator=generator, dtype=dtype),
-                 torch.randn(V, TEACHER_H, generator=generator, dtype=dtype) * 0.3]  # fmt: skip
+                 torch.randn(vocab, TEACHER_H, generator=generator, dtype=dtype) * 0.3]  # fmt: skip
     else:
-        other = [torch.softmax(torch.randn(rows, V, generator=generator), -1).to(dtype)]
+        other = [torch.softmax(torch.randn(rows, vocab, generator=generator), -1).to(dtype)]
     shift_labels = None
     if labels:
         shift_labels = torch.randint(0, V, (rows,), generator=generator)
@@ -278,22 +278,29 @@ def test_an_fp32_accumulator_compiles_the_loop_after_promote_after_steps(loss):
     assert events(f"{loss}:run") == liger_head_op.PROMOTE_AFTER
 
 
+@pytest.mark.parametrize("hidden, vocab", [(H, V), (32, 256)], ids=["small-hidden", "chunk-gradients-under-twice-the-weight-s"])
 @pytest.mark.parametrize("loss", LOSSES)
-def test_the_promoted_loop_accumulates_in_the_forward_and_its_backward_only_scales(loss):
+def test_the_promoted_loop_accumulates_in_the_forward_and_its_backward_only_scales(loss, hidden, vocab):
     """Liger's loop rounds an fp32 accumulator to the weight's dtype; the backward scales
-    that rounded gradient and runs no matmul.  (Where the backward read the accumulator
-    itself, torch 2.8-2.12 folding a cast of a cast, the partitioner moved every chunk's
-    accumulation into the backward and saved every chunk's gradient for it: JSD's
-    promoted loop held 2.3 GiB more than eager on an H100.)"""
+    that rounded gradient and runs no matmul.  The partitioner saves the rounded gradients
+    where its chunks' gradients weigh more than they do, also where they weigh less than
+    twice as much (H 32, V 256, 40 rows): it weighs a tensor that only fusible ops read
+    at twice its size, and the backward's product is an op it does not fuse.  (Saving
+    every chunk's gradient and accumulating in the backward, JSD's promoted loop held
+    2.3 GiB more than eager on an H100.)"""
     from torch._inductor.utils import run_and_get_code
+
+    def draw(seed):
+        return inputs(loss, 40, dtype=torch.bfloat16, seed=seed, hidden=hidden, vocab=vocab)
 
     with liger_distill_mimic() as modules:
         fn = torch.compile(head(modules, loss, accum_dtype=torch.float32))
         for seed in range(liger_head_op.PROMOTE_AFTER):
-            step(fn, inputs(loss, 40, dtype=torch.bfloat16, seed=seed))
-        _, (forward, backward) = run_and_get_code(lambda: step(fn, inputs(loss, 40, dtype=torch.bfloat16, seed=99)))
+            step(fn, draw(seed))
+        _, (forward, backward) = run_and_get_code(lambda: step(fn, draw(99)))
     assert events("promoted") == 1  # the control: this step compiled the loop
-    chunks = liger_distill_head.chunk_count(liger_distill_head.FORWARDS[f"fused_linear_{loss}_forward"], 40, H, V, "cpu")
+    spec = liger_distill_head.FORWARDS[f"fused_linear_{loss}_forward"]
+    chunks = liger_distill_head.chunk_count(spec, 40, hidden, vocab, "cpu")
     assert forward.count("extern_kernels.mm(") >= 2 * chunks  # each chunk's logits and its accumulation
     assert "extern_kernels.mm(" not in backward and "addmm" not in backward, backward
 

@@ -335,6 +335,7 @@ def test_a_graph_traced_outside_autocast_is_not_run_inside_it():
 def rounded_then_scaled(accumulator, grad_output):
     """A compiled Liger loop's end (``accumulator.to(weight.dtype)``), then the backward's
     product of that gradient."""
+    liger_head_op.scaled_gradient_op()
     return liger_head_op.scaled_gradients(grad_output, None, accumulator.to(torch.bfloat16), None)[1]
 
 

@@ -49,7 +49,7 @@ from typing import Any, Callable
 
 from ..patching.counters import count
 from .liger_head_op import COUNTED, _kwargs, _options, autocast_as_traced, autocast_state, record_run, checked_outputs
-from .liger_head_op import scaled_gradients
+from .liger_head_op import scaled_gradient_op, scaled_gradients
 from .liger_head_op import signature
 
 OP = "inductor_addmm_fix::liger_distill_forward"
@@ -317,6 +317,7 @@ def traced(variable, tx, args: list, kwargs: dict, chosen: str, stock: Callable,
             count(COUNTED, "distill:backward:unrecognised")
             return None
         count(COUNTED, "distill:backward")
+        scaled_gradient_op()  # registered before Dynamo traces a call of it
         return stock(UserFunctionVariable(scaled_pair), tx, args, kwargs)
     spec = forward_of(fn)
     if spec is None:

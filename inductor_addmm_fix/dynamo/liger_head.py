@@ -307,6 +307,7 @@ def redirect(stock: Callable[..., Any]) -> Callable[..., Any]:
         if is_liger_backward(fn) and mode() != "loop" and not _a_frame_of_its_own(tx, fn):
             if backward_recognised(fn):
                 count(COUNTED, "backward")
+                liger_head_op.scaled_gradient_op()  # registered before Dynamo traces a call of it
                 return call_function.stock(UserFunctionVariable(liger_head_op.scaled_gradients), tx, args, kwargs)
             count(COUNTED, "backward:unrecognised")
         if is_liger_forward(fn):

@@ -246,6 +246,47 @@ def opaque_forward(_input, weight, target, ce_weight, bias, token_grad_output, o
 
 
 # ---------------------------------------------------------------- the backward
+SCALED = "inductor_addmm_fix::scaled_gradient"
+
+
+def _scaled(grad, grad_output):
+    """``grad`` times the 0-dim ``grad_output``, the product in float32 (or ``grad``'s
+    wider dtype), stored in ``grad``'s dtype: what Liger's ``element_mul_kernel`` writes."""
+    import torch
+
+    wide = torch.promote_types(grad.dtype, torch.float32)
+    return (grad.to(wide) * grad_output.to(wide)).to(grad.dtype)
+
+
+def _lower_scaled(grad, grad_output):
+    """Inductor's lowering of :data:`SCALED`: the same pointwise product, fused into one
+    kernel that writes into ``grad``'s buffer where ``grad`` dies here."""
+    import torch
+    from torch._inductor import lowering
+
+    wide = torch.promote_types(grad.get_dtype(), torch.float32)
+    product = lowering.lowerings[torch.ops.aten.mul.Tensor](lowering.to_dtype(grad, wide), lowering.to_dtype(grad_output, wide))
+    return lowering.to_dtype(product, grad.get_dtype())
+
+
+@functools.lru_cache(maxsize=None)
+def scaled_gradient_op():
+    """``torch.ops.inductor_addmm_fix.scaled_gradient``, and its Inductor lowering,
+    registered at first use (before Dynamo traces :func:`scaled_gradients`)."""
+    import torch
+    from torch._inductor import lowering
+
+    namespace, name = SCALED.split("::")
+    if not hasattr(getattr(torch.ops, namespace), name):
+        torch.library.define(SCALED, "(Tensor grad, Tensor grad_output) -> Tensor")
+        torch.library.impl(SCALED, "CompositeExplicitAutograd")(_scaled)
+        torch.library.register_fake(SCALED)(lambda grad, grad_output: torch.empty_like(grad))
+    op = getattr(getattr(torch.ops, namespace), name).default
+    if op not in lowering.lowerings:
+        lowering.register_lowering(op, type_promotion_kind=None)(_lower_scaled)
+    return op
+
+
 def scaled_gradients(grad_output, grad_input, grad_weight, grad_bias):
     """What Dynamo traces in place of Liger's ``fused_linear_cross_entropy_backward``:
     each saved gradient times ``grad_output``, the product in float32 (or the gradient's
@@ -254,24 +295,26 @@ def scaled_gradients(grad_output, grad_input, grad_weight, grad_bias):
     Liger branches on ``torch.equal(grad_output, 1.0)``, a data-dependent test that
     breaks the graph at its autograd Function; this has no branch, and Inductor writes
     the products into the saved gradients' buffers (AOTAutograd donates them to the
-    backward).
+    backward).  Callers register the op first (:func:`scaled_gradient_op`).
 
-    The factor is ``grad_output`` as a 1-element tensor in the product's dtype, and the
-    gradient is not cast to it by a node of its own: a compiled Liger loop ends with
-    ``grad_weight = accumulator.to(weight.dtype)``, and ``.to(float32)`` of that in this
-    backward would make a narrowing-then-widening chain in the joint graph, which
-    Inductor's ``pointless_convert`` collapses on torch 2.8-2.12 (kept since PR #184366,
-    torch 2.13).  The backward would read the float32 accumulator, not its rounded copy:
-    a product eager does not compute where ``grad_output`` is not 1; and on torch 2.11 the
-    partitioner moved the whole accumulation into the backward to feed it, saving every
-    chunk's gradient (Liger's JSD on the Llama-3-8B head: 2.3 GiB over eager on an H100).
-    With a 1-element factor the promotion happens inside the multiply's kernel."""
+    Each product is one op, :data:`SCALED`, whose Inductor lowering is the pointwise
+    product, for two reasons:
+
+    - The partitioner weighs a tensor that only fusible ops read at twice its size
+      (``is_materialized``). With ``grad.to(float32) * grad_output`` in the backward, a
+      promoted Liger loop's rounded weight gradient counted twice, and where its chunks'
+      gradients weigh less than that (JSD's student on the Llama-3-8B head: 1.05 GB
+      against 2 x 0.53 GB), the partitioner saved every chunk's gradient and moved the
+      whole accumulation into the backward: 2.3 GiB over eager on an H100.  An op the
+      partitioner does not fuse makes it weigh the gradient at its size.
+    - No cast of the gradient appears in the joint graph: a compiled Liger loop ends with
+      ``grad_weight = accumulator.to(weight.dtype)``, and a ``.to(float32)`` of that
+      makes a narrowing-then-widening chain that Inductor's ``pointless_convert``
+      collapses on torch 2.8-2.12 (kept since PR #184366, torch 2.13): the backward
+      would read the float32 accumulator, a product eager does not compute."""
     import torch
 
     def scaled(grad):
-        if grad is None:
-            return None
-        factor = grad_output.to(torch.promote_types(grad.dtype, torch.float32)).reshape(1)
-        return (grad * factor).to(grad.dtype)
+        return None if grad is None else torch.ops.inductor_addmm_fix.scaled_gradient(grad, grad_output)
 
     return scaled(grad_input), scaled(grad_weight), scaled(grad_bias)
