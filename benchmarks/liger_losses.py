@@ -387,8 +387,9 @@ def _run_row(config: str, head: str, graph: str, args) -> dict:
     if getattr(args, "profile", False):  # where the time goes: GPU busy time against the step's, top kernels
         for label, fn in (("eager", call), ("compiled", compiled)):
             busy, events = profiled(lambda fn=fn: step(fn), steps=2, setup=clear)
+            sort = "self_cpu_time_total" if getattr(args, "profile_sort", "device") == "cpu" else device_sort_key(events)
             print(f"# profile {config} {head} {graph} {label}: GPU busy {busy:.2f} ms per step "
-                  f"(step {timed[label][0]:.2f} ms)\n{events.table(sort_by=device_sort_key(events), row_limit=args.profile)}")
+                  f"(step {timed[label][0]:.2f} ms)\n{events.table(sort_by=sort, row_limit=args.profile)}")
     (eo, eg), (co, cg) = results["eager"], results["compiled"]
     ref = reference()
     errors = {k: relative_errors([o[0]] + g, ref) for k, (o, g) in results.items()}
@@ -466,6 +467,8 @@ def main(argv=None) -> int:
     p.add_argument("--json", help="write every row here (rewritten as each completes)")
     p.add_argument("--profile", type=int, metavar="TOP", default=0,
                    help="per row, eager and compiled: GPU busy time per step against the step's time, and the TOP kernels")
+    p.add_argument("--profile-sort", choices=("device", "cpu"), default="device",
+                   help="--profile's table: the TOP events by their own GPU time (default) or by their own host time")
     p.add_argument("--head-settings", metavar="MODES",
                    help="run each row under each INDUCTOR_ADDMM_FIX_LIGER_HEAD value of this comma list (e.g. auto,loop)")
     p.add_argument("--inline-dispatch", action="store_true", help="JSD and KL-div: Liger's dispatch() as a traceable call (see above)")

@@ -6,7 +6,7 @@ and weight-gradient accumulation as Liger 0.8.5's
 ``liger_kernel.ops.fused_linear_cross_entropy``, and its backward (the saved gradients
 scaled in place where ``grad_output`` is not 1.0, a data-dependent test); Liger's Triton cross-entropy kernel is
 replaced by torch ops that write what it writes (the loss rows, and the gradient into the
-logits).  Options it does not model (``softcap``, ``ce_weight``, ``use_token_scaling``)
+logits).  Options it does not model (``softcap``, ``ce_weight``)
 raise.
 
 :func:`load` imports this file under Liger's module name, which is what the package
@@ -76,8 +76,8 @@ def fused_linear_cross_entropy_forward(
     return_predicted_tokens=False,
     chunk_mem_const: int = _CHUNK_MEM_CONST,
 ):
-    if softcap is not None or ce_weight is not None or use_token_scaling:
-        raise NotImplementedError("the mimic does not model softcap, ce_weight or use_token_scaling")
+    if softcap is not None or ce_weight is not None:
+        raise NotImplementedError("the mimic does not model softcap or ce_weight")
     device = _input.device
     input_requires_grad = _input.requires_grad
     BT, H = _input.shape
@@ -113,11 +113,27 @@ def fused_linear_cross_entropy_forward(
         accuracy_slice = token_accuracy_1d[start_idx:end_idx] if return_token_accuracy else None
         predicted_slice = predicted_tokens_1d[start_idx:end_idx] if return_predicted_tokens else None
         logits_chunk = logits_chunk.contiguous()
+        if use_token_scaling:  # Liger's code: each token's predicted probability of its target, detached
+            probs = torch.softmax(logits_chunk.detach().clone(), dim=-1)
+            valid_target_mask = target_chunk != ignore_index
+            valid_targets = target_chunk[valid_target_mask]
+            pred_probs = torch.zeros_like(target_chunk, dtype=probs.dtype, device=probs.device)
+            if len(valid_targets) > 0:
+                pred_probs[valid_target_mask] = torch.gather(probs[valid_target_mask], -1, valid_targets.unsqueeze(-1)).squeeze(-1)
+            scaling_factors = pred_probs.detach()
         _cross_entropy_in_place(logits_chunk, target_chunk, loss_1d_slice, z_loss_1d_slice, accuracy_slice,
                                 predicted_slice, total_n_non_ignore, ignore_index, lse_square_scale, label_smoothing,
                                 reduction)
+        if use_token_scaling:
+            loss_1d_slice = loss_1d_slice * scaling_factors
+            if return_z_loss:
+                z_loss_1d_slice = z_loss_1d_slice * scaling_factors
         loss_1d[start_idx:end_idx] = loss_1d_slice
+        if return_z_loss:
+            z_loss_1d[start_idx:end_idx] = z_loss_1d_slice
         grad_logits_chunk = logits_chunk
+        if use_token_scaling:
+            grad_logits_chunk = grad_logits_chunk * scaling_factors.unsqueeze(-1)
         if input_requires_grad:
             grad_input[start_idx:end_idx] = grad_logits_chunk @ weight
         if grad_weight is not None and input_requires_grad:

@@ -207,6 +207,29 @@ def test_a_static_length_with_a_long_loop_keeps_the_opaque_op():
     assert events("promoted") == 0
 
 
+def test_token_scaling_keeps_the_op_at_a_fixed_length():
+    """Liger's loop with ``use_token_scaling`` indexes each chunk with a boolean mask and
+    tests the result's length, which breaks the graph at every chunk: a static length keeps
+    the op however long it stays, with eager's results bit for bit."""
+    steps = liger_head_op.PROMOTE_AFTER + 2
+    with liger_mimic() as liger:
+        def step(x, w, t):
+            loss = liger.flce(x, w, t, use_token_scaling=True)[0]
+            loss.backward()
+            return loss.detach()
+
+        compiled = torch.compile(step)
+        for seed in range(steps):
+            torch.manual_seed(seed)
+            x, w, t, _ = inputs(40, dtype=torch.float32)
+            ex, ew = clones(x, w)
+            assert torch.equal(compiled(x, w, t), step(ex, ew, t))
+            assert torch.equal(x.grad, ex.grad) and torch.equal(w.grad, ew.grad)
+    assert events("run") == steps
+    assert events("promoted") == 0
+    assert events("opaque:breaking_loop:use_token_scaling") >= 1
+
+
 def test_liger_s_chunk_count_is_computed_as_liger_computes_it():
     assert [liger_head.liger_chunks((n, H), (V, H)) for n in LENGTHS] == [liger_chunks(n) for n in LENGTHS]
     assert liger_head.liger_chunks((8192, 4096), (128256, 4096)) == 32  # Llama-3-8B's head: the loop
