@@ -105,12 +105,17 @@ def liger_chunks(name: str, lengths: tuple[int, ...] | None = None) -> list[tupl
 
 def graphs_expected(name: str, after_second_step: int, lengths: tuple[int, ...] | None = None) -> list[int]:
     """The graphs compiled after each step from the third on: the second step's graphs
-    have symbolic sizes and serve every later length, except that Dynamo unrolls Liger's
-    ``for chunk_id in range(num_chunks)`` and so compiles that loop's frame once more for
-    each number of chunks it has not run (stock torch the same:
-    docs/upstream/dynamo-loop-over-a-symbolic-count.md), and for each chunk size, which
-    ``power_of_2_sizes`` makes a constant of its power-of-two range."""
+    have symbolic sizes and serve every later length.  Under ``liger_head``'s ``auto``
+    and ``opaque`` they run Liger's forward as one op, so that no graph follows.  Under
+    ``loop`` Dynamo unrolls Liger's ``for chunk_id in range(num_chunks)`` and so compiles
+    that loop's frame once more for each number of chunks it has not run (stock torch the
+    same: docs/upstream/dynamo-loop-over-a-symbolic-count.md), and for each chunk size,
+    which ``power_of_2_sizes`` makes a constant of its power-of-two range."""
+    from inductor_addmm_fix.dynamo import liger_head
+
     chunks = liger_chunks(name, lengths)
+    if liger_head.mode() != "loop":
+        return [after_second_step] * (len(chunks) - 2)
     seen, graphs, out = {chunks[1]}, after_second_step, []
     for key in chunks[2:]:
         graphs += key not in seen
