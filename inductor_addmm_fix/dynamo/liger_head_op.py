@@ -247,26 +247,87 @@ def opaque_forward(_input, weight, target, ce_weight, bias, token_grad_output, o
 
 # ---------------------------------------------------------------- the backward
 SCALED = "inductor_addmm_fix::scaled_gradient"
+#: the same product written into the gradient (what the lowering calls on a donated buffer)
+SCALE_IN_PLACE = "inductor_addmm_fix::scale_gradient_"
+#: the element types the CUDA kernel of :data:`SCALE_IN_PLACE` takes
+_KERNEL_DTYPES = ("bfloat16", "float16", "float32")
 
 
 def _scaled(grad, grad_output):
     """``grad`` times the 0-dim ``grad_output``, the product in float32 (or ``grad``'s
-    wider dtype), stored in ``grad``'s dtype: what Liger's ``element_mul_kernel`` writes."""
+    wider dtype), stored in ``grad``'s dtype: what Liger's ``element_mul_kernel`` writes
+    (at 1.0, ``grad`` unchanged, bit for bit)."""
     import torch
 
     wide = torch.promote_types(grad.dtype, torch.float32)
     return (grad.to(wide) * grad_output.to(wide)).to(grad.dtype)
 
 
+def _scale_in_place(grad, grad_output) -> None:
+    """:data:`SCALE_IN_PLACE` with torch's ops; on the CPU nothing written at 1.0 (reading
+    the factor costs no sync there)."""
+    if grad_output.device.type == "cpu" and grad_output.item() == 1.0:
+        return
+    grad.copy_(_scaled(grad, grad_output))
+
+
+def _scale_in_place_cuda(grad, grad_output) -> None:
+    """:data:`SCALE_IN_PLACE` on CUDA: a kernel that reads ``grad_output`` on the device and
+    reads and writes nothing at 1.0, where Liger's backward skips its product after a host
+    sync (``scale_in_place_triton``); torch's ops for a strided gradient or another dtype."""
+    if grad.is_contiguous() and str(grad.dtype).removeprefix("torch.") in _KERNEL_DTYPES and grad.numel():
+        from . import scale_in_place_triton
+
+        scale_in_place_triton.launch(grad, grad_output)
+    else:
+        grad.copy_(_scaled(grad, grad_output))
+
+
+def _donated_and_read_once(grad) -> bool:
+    """Whether ``grad`` (a lowering's argument) is a saved tensor AOTAutograd donated to
+    this backward, read only by the node being lowered, and not in a CUDA graph (a
+    mutated input keeps Inductor from capturing the graph)."""
+    from torch._inductor import config, ir
+    from torch._inductor.virtualized import V
+
+    donated = getattr(ir, "DonatedBuffer", None)
+    storage = getattr(grad, "data", None)
+    if donated is None or not isinstance(storage, ir.StorageBox) or not isinstance(storage.data, donated):
+        return False
+    node = getattr(V.graph, "current_node", None)
+    source = node.args[0] if node is not None and node.args else None
+    return getattr(source, "op", None) == "placeholder" and len(source.users) == 1 and not config.triton.cudagraphs
+
+
 def _lower_scaled(grad, grad_output):
-    """Inductor's lowering of :data:`SCALED`: the same pointwise product, fused into one
-    kernel that writes into ``grad``'s buffer where ``grad`` dies here."""
+    """Inductor's lowering of :data:`SCALED`.  Where ``grad`` is a donated saved tensor
+    that nothing else reads: :data:`SCALE_IN_PLACE` on its buffer, which is the op's
+    result (on CUDA nothing read or written at 1.0).  Elsewhere the same product as one
+    pointwise kernel, which Inductor writes into ``grad``'s buffer where ``grad`` dies
+    here."""
     import torch
     from torch._inductor import lowering
 
+    if _donated_and_read_once(grad):
+        lowering.fallback_handler(scale_in_place_op(), add_to_fallback_set=False)(grad, grad_output)
+        return grad
     wide = torch.promote_types(grad.get_dtype(), torch.float32)
     product = lowering.lowerings[torch.ops.aten.mul.Tensor](lowering.to_dtype(grad, wide), lowering.to_dtype(grad_output, wide))
     return lowering.to_dtype(product, grad.get_dtype())
+
+
+@functools.lru_cache(maxsize=None)
+def scale_in_place_op():
+    """``torch.ops.inductor_addmm_fix.scale_gradient_``, registered at first use."""
+    import torch
+
+    namespace, name = SCALE_IN_PLACE.split("::")
+    if not hasattr(getattr(torch.ops, namespace), name):
+        torch.library.define(SCALE_IN_PLACE, "(Tensor(a!) grad, Tensor grad_output) -> ()")
+        torch.library.impl(SCALE_IN_PLACE, "CompositeExplicitAutograd")(_scale_in_place)
+        torch.library.impl(SCALE_IN_PLACE, "CUDA")(_scale_in_place_cuda)
+        torch.library.register_fake(SCALE_IN_PLACE)(lambda grad, grad_output: None)
+    return getattr(getattr(torch.ops, namespace), name).default
 
 
 @functools.lru_cache(maxsize=None)
@@ -281,6 +342,7 @@ def scaled_gradient_op():
         torch.library.define(SCALED, "(Tensor grad, Tensor grad_output) -> Tensor")
         torch.library.impl(SCALED, "CompositeExplicitAutograd")(_scaled)
         torch.library.register_fake(SCALED)(lambda grad, grad_output: torch.empty_like(grad))
+    scale_in_place_op()
     op = getattr(getattr(torch.ops, namespace), name).default
     if op not in lowering.lowerings:
         lowering.register_lowering(op, type_promotion_kind=None)(_lower_scaled)
