@@ -404,6 +404,7 @@ def test_a_donated_saved_gradient_is_scaled_by_the_in_place_op(scale):
         _, code = run_and_get_code(lambda: torch.compile(loss)(x, w, t).backward())
         loss(ex, ew, t).backward()
     assert "inductor_addmm_fix.scale_gradient_.default(" in code[-1], code[-1]
+    assert events("scale:in_place") == 2 and events("scale:pointwise") == 0  # the input's and the weight's
     assert torch.equal(w.grad, ew.grad) and torch.equal(x.grad, ex.grad)
 
 
