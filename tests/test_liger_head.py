@@ -408,6 +408,19 @@ def test_a_donated_saved_gradient_is_scaled_by_the_in_place_op(scale):
     assert torch.equal(w.grad, ew.grad) and torch.equal(x.grad, ex.grad)
 
 
+def test_a_second_backward_of_a_retained_graph_adds_the_same_gradients():
+    """``retain_graph=True``: the saved gradients are not donated, so the in-place product
+    of the first backward does not scale them twice (Liger's eager backward, writing in
+    place, would)."""
+    with liger_mimic() as liger:
+        x, w, t, _ = inputs(40, dtype=torch.float32)
+        out = torch.compile(scaled_head(liger))(x, w, t)
+        out.backward(retain_graph=True)
+        first = w.grad.clone()
+        out.backward()
+    torch.testing.assert_close(w.grad, 2 * first, rtol=0, atol=0)
+
+
 def test_liger_s_backward_compiled_as_a_frame_of_its_own_scales_in_place():
     """Autograd calling Liger's backward inside a compiled region: Dynamo compiles that
     frame alone, its saved gradients are no graph's to donate, and Liger's in-place
