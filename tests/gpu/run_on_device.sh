@@ -2,12 +2,14 @@
 # Runs the GPU checks on the device machine (H200, torch 2.11) in one call and
 # writes logs and a summary under $OUT.  Usage (from the repo root):
 #   bash tests/gpu/run_on_device.sh [family] [errors] [repro] [liger085] [jsdkl085] [weights085] [modes085] [liger081]
-#                                   [accumulate] [parity] [loop] [ligersuite[-jsd|-kl]] [losses] [name='shell command'...]
+#                                   [accumulate] [scale] [parity] [loop] [ligersuite[-jsd|-kl]] [losses] [name='shell command'...]
 # The device allows 600 s a call: pick steps that fit.  Steps of one call may run side by
 # side with OUT=<a folder of their own> each (the summary is per OUT).  At most 8 files
 # come back from a call's $OUT (no deeper than two folders): a call of many steps ends
 # with one archive, e.g. `tar czf $OUT/all.tgz -C $OUT --exclude all.tgz .`, or prints
 # what it needs.
+#   scale       tests/gpu/test_scale_in_place_cuda.py: the in-place product kernel of Liger's traced backward
+#               against the pointwise product, bit for bit, and at 1.0
 #   accumulate  tests/gpu/test_accumulate_kernel_cuda.py: the Hopper accumulate kernel against cuBLAS and
 #               float64, compiled chains through it (CUDA graphs, symbolic sizes)
 #   parity      scripts/opinfo_parity.py on CUDA: PyTorch's samples of the matmul family, slices and views
@@ -109,6 +111,7 @@ for what in "$@"; do
     memest) step memest 500 python3 benchmarks/flce_shapes.py --case llama3-8b:8192 --graphs static automatic \
         --accum fp32 None --also=-memory_estimate --json "$OUT/memest.json" ;;
     floattypes) step floattypes 200 python3 -m pytest -q -p no:cacheprovider -rA tests/gpu/test_triton_float_types_cuda.py --tb=short ;;
+    scale) step scale 200 python3 -m pytest -q -p no:cacheprovider -rA tests/gpu/test_scale_in_place_cuda.py --tb=short ;;
     accumulate) step accumulate 300 python3 -m pytest -q -p no:cacheprovider -rA tests/gpu/test_accumulate_kernel_cuda.py --tb=short ;;
     parity)  # torch's OpInfo database imports expecttest: carry its wheel in .whl/
       [ -d /tmp/site-expecttest ] || python3 -m pip install -q --no-index --no-deps --target /tmp/site-expecttest .whl/expecttest-*.whl
