@@ -408,6 +408,22 @@ def test_a_donated_saved_gradient_is_scaled_by_the_in_place_op(scale):
     assert torch.equal(w.grad, ew.grad) and torch.equal(x.grad, ex.grad)
 
 
+def test_under_cuda_graphs_the_product_stays_pointwise():
+    """A mutated input keeps Inductor from capturing a graph: where CUDA graphs are on, the
+    lowering keeps the pointwise product."""
+    from torch._inductor.utils import run_and_get_code
+
+    with liger_mimic() as liger, torch._inductor.config.patch({"triton.cudagraphs": True}):
+        loss = scaled_head(liger)
+        x, w, t, _ = inputs(40, dtype=torch.bfloat16)
+        ex, ew = clones(x, w)
+        _, code = run_and_get_code(lambda: torch.compile(loss)(x, w, t).backward())
+        loss(ex, ew, t).backward()
+    assert "scale_gradient_" not in code[-1]
+    assert events("scale:pointwise") >= 1 and events("scale:in_place") == 0
+    assert torch.equal(w.grad, ew.grad) and torch.equal(x.grad, ex.grad)
+
+
 def test_a_second_backward_of_a_retained_graph_adds_the_same_gradients():
     """``retain_graph=True``: the saved gradients are not donated, so the in-place product
     of the first backward does not scale them twice (Liger's eager backward, writing in
