@@ -397,43 +397,43 @@ def fresh_compiles():
     return stack
 
 
-@pytest.mark.parametrize("scale", [3.0, 1.0])
-def test_a_donated_saved_gradient_is_scaled_by_the_in_place_op(scale):
-    """The weight gradient Liger's forward saved, which AOTAutograd donates to the backward
-    and nothing else reads there, is scaled by ``scale_gradient_`` in its own buffer and
-    returned (on CUDA its kernel reads and writes nothing at 1.0): eager's gradients bit
-    for bit, at 3 and at 1."""
+def backward_code_with_eager_s_gradients(scale: float = 3.0) -> str:
+    """The compiled backward's code of :func:`scaled_head` (bf16, compiled afresh), after
+    checking that its gradients are eager's bit for bit."""
     from torch._inductor.utils import run_and_get_code
 
-    from torch._inductor import ir
-
-    if getattr(ir, "DonatedBuffer", None) is None:
-        pytest.skip("this torch donates no saved tensor to Inductor's backward")
     with liger_mimic() as liger, fresh_compiles():
         loss = scaled_head(liger, scale=scale)
         x, w, t, _ = inputs(40, dtype=torch.bfloat16)
         ex, ew = clones(x, w)
         _, code = run_and_get_code(lambda: torch.compile(loss)(x, w, t).backward())
         loss(ex, ew, t).backward()
-    assert "inductor_addmm_fix.scale_gradient_.default(" in code[-1], code[-1]
-    assert events("scale:in_place") == 2 and events("scale:pointwise") == 0  # the input's and the weight's
     assert torch.equal(w.grad, ew.grad) and torch.equal(x.grad, ex.grad)
+    return code[-1]
+
+
+@pytest.mark.parametrize("scale", [3.0, 1.0])
+def test_a_donated_saved_gradient_is_scaled_by_the_in_place_op(scale):
+    """The gradients Liger's forward saved, which AOTAutograd donates to the backward and
+    nothing else reads there, are scaled by ``scale_gradient_`` in their own buffers and
+    returned (on CUDA its kernel reads and writes nothing at 1.0): eager's gradients bit
+    for bit, at 3 and at 1."""
+    from torch._inductor import ir
+
+    if getattr(ir, "DonatedBuffer", None) is None:
+        pytest.skip("this torch donates no saved tensor to Inductor's backward")
+    backward = backward_code_with_eager_s_gradients(scale)
+    assert "inductor_addmm_fix.scale_gradient_.default(" in backward, backward
+    assert events("scale:in_place") == 2 and events("scale:pointwise") == 0  # the input's and the weight's
 
 
 def test_under_cuda_graphs_the_product_stays_pointwise():
     """A mutated input keeps Inductor from capturing a graph: where CUDA graphs are on, the
     lowering keeps the pointwise product."""
-    from torch._inductor.utils import run_and_get_code
-
-    with liger_mimic() as liger, fresh_compiles(), torch._inductor.config.patch({"triton.cudagraphs": True}):
-        loss = scaled_head(liger)
-        x, w, t, _ = inputs(40, dtype=torch.bfloat16)
-        ex, ew = clones(x, w)
-        _, code = run_and_get_code(lambda: torch.compile(loss)(x, w, t).backward())
-        loss(ex, ew, t).backward()
-    assert "scale_gradient_" not in code[-1]
+    with torch._inductor.config.patch({"triton.cudagraphs": True}):
+        backward = backward_code_with_eager_s_gradients()
+    assert "scale_gradient_" not in backward
     assert events("scale:pointwise") >= 1 and events("scale:in_place") == 0
-    assert torch.equal(w.grad, ew.grad) and torch.equal(x.grad, ex.grad)
 
 
 def test_liger_s_backward_compiled_as_a_frame_of_its_own_scales_in_place():

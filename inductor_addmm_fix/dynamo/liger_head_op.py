@@ -283,7 +283,7 @@ def _scale_in_place_cuda(grad, grad_output) -> None:
         else:
             scale_in_place_triton.launch(grad, grad_output)
             return
-    grad.copy_(_scaled(grad, grad_output))
+    _scale_in_place(grad, grad_output)
 
 
 def _donated_and_read_once(grad) -> bool:
