@@ -366,7 +366,7 @@ def test_the_loop_setting_leaves_the_function_as_dynamo_traces_it(head_mode, los
     head_mode("loop")
     with liger_distill_mimic() as modules:
         fn = head(modules, loss)
-        tensors = inputs(loss, 40)
+        tensors = inputs(loss, 2)
         got = step(torch.compile(fn), tensors)
         want = step(fn, clones(tensors))
     assert events(f"{loss}:opaque") == 0 and events("distill:backward") == 0
