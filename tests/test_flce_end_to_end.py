@@ -22,7 +22,7 @@ pytestmark = [
     pytest.mark.features("-accumulate_pairs"),
 ]
 
-BT, H, V, CHUNK = 24, 16, 40, 4  # 6 chunks (each compiles its own kernels)
+BT, H, V, CHUNK = 12, 16, 40, 4  # 3 chunks (each compiles its own kernels)
 
 
 def loop_graph_code(codes: list[str]) -> str:
