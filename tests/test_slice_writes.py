@@ -269,6 +269,9 @@ def test_gaps_keep_what_the_buffer_held():
     assert_close_to_float64(compiled.result, expected)
 
 
+INPUT_ROWS = 32  # every other chunk written: 4 chunks of 4 rows; 6 of 3, the last one of 2
+
+
 def into_a_graph_input(grad_input, x, w, chunk):
     """FLCE when grad_input comes from an earlier graph (Liger's .item() breaks the
     graph): its chunks are written into slices of a graph input, every other chunk
@@ -280,7 +283,7 @@ def into_a_graph_input(grad_input, x, w, chunk):
 
 @pytest.mark.parametrize("chunk", [pytest.param(4, marks=pytest.mark.slow), 3])  # 3: the last chunk short
 def test_writes_into_a_graph_input_go_straight_into_its_slices(chunk):
-    bt = MANY * 8
+    bt = INPUT_ROWS
     x, w, start = torch.randn(bt, H), torch.randn(V, H) / 4, torch.randn(bt, H)
     buf = start.clone()
     compiled = compile_and_run(into_a_graph_input, buf, x, w, chunk)
@@ -296,7 +299,7 @@ def test_writes_into_a_graph_input_go_straight_into_its_slices(chunk):
 
 @pytest.mark.parametrize("chunk", [pytest.param(4, marks=pytest.mark.slow), 3])  # 3: the last chunk short
 def test_writes_into_a_graph_input_with_symbolic_sizes_go_straight_into_its_slices(chunk):
-    bt = MANY * 8
+    bt = INPUT_ROWS
     x, w, start = torch.randn(bt, H), torch.randn(V, H) / 4, torch.randn(bt, H)
     buf = start.clone()
     compiled = compile_and_run(into_a_graph_input, buf, x, w, chunk, dynamic=True)
