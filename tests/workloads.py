@@ -41,13 +41,14 @@ CHUNKS = BT // CHUNK
 
 
 def flce_like(x, w, onehot, out_dtype=None):
-    """A fused-linear-cross-entropy loop as Liger writes it (no autograd): per chunk the
-    logits, their gradient, grad_input written through mm(out=slice), grad_weight
-    accumulated with addmm(out=grad_weight)."""
+    """A fused-linear-cross-entropy loop as Liger writes it (no autograd): per chunk of
+    ``CHUNK`` rows of ``x`` (``CHUNKS`` chunks of ``BT`` rows, the default of
+    :func:`flce_inputs`) the logits, their gradient, grad_input written through mm(out=slice), grad_weight accumulated with
+    addmm(out=grad_weight)."""
     grad_input = torch.zeros_like(x)
     grad_weight = torch.zeros(V, H, dtype=torch.float32 if out_dtype else x.dtype)
     loss = torch.zeros((), dtype=torch.float32 if x.dtype != torch.float64 else x.dtype)
-    for start in range(0, BT, CHUNK):
+    for start in range(0, x.shape[0], CHUNK):
         x_k = x[start : start + CHUNK]
         logits = x_k @ w.t()
         y = onehot[start : start + CHUNK]
@@ -61,10 +62,10 @@ def flce_like(x, w, onehot, out_dtype=None):
     return loss, grad_input, grad_weight
 
 
-def flce_inputs(dtype):
-    """(x, w, one-hot targets) for :func:`flce_like`."""
-    onehot = torch.nn.functional.one_hot(torch.randint(V, (BT,)), V).float()
-    return torch.randn(BT, H, dtype=dtype), torch.randn(V, H, dtype=dtype) / 4, onehot
+def flce_inputs(dtype, rows=BT):
+    """(x, w, one-hot targets) for :func:`flce_like`, of ``rows`` tokens."""
+    onehot = torch.nn.functional.one_hot(torch.randint(V, (rows,)), V).float()
+    return torch.randn(rows, H, dtype=dtype), torch.randn(V, H, dtype=dtype) / 4, onehot
 
 
 def flce_with_a_graph_break(x, w, target, chunk, accum_dtype=None):
