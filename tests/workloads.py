@@ -43,8 +43,8 @@ CHUNKS = BT // CHUNK
 def flce_like(x, w, onehot, out_dtype=None):
     """A fused-linear-cross-entropy loop as Liger writes it (no autograd): per chunk of
     ``CHUNK`` rows of ``x`` (``CHUNKS`` chunks of ``BT`` rows, the default of
-    :func:`flce_inputs`) the logits, their gradient, grad_input written through mm(out=slice), grad_weight accumulated with
-    addmm(out=grad_weight)."""
+    :func:`flce_inputs`) the logits, their gradient, grad_input written through
+    mm(out=slice), grad_weight accumulated with addmm(out=grad_weight)."""
     grad_input = torch.zeros_like(x)
     grad_weight = torch.zeros(V, H, dtype=torch.float32 if out_dtype else x.dtype)
     loss = torch.zeros((), dtype=torch.float32 if x.dtype != torch.float64 else x.dtype)
