@@ -14,7 +14,7 @@ from torch._inductor.custom_graph_pass import CustomGraphPass
 
 import inductor_addmm_fix
 from helpers import compile_and_run
-from workloads import flce_inputs, flce_like
+from workloads import CHUNK, flce_inputs, flce_like
 from inductor_addmm_fix.inductor.passes import chunk_order
 from inductor_addmm_fix.inductor.passes import post_grad_slot as slot
 
@@ -51,7 +51,7 @@ def test_install_chains_a_users_pass_and_uninstall_restores_it():
             assert slot.is_chained_pass(ours) and ours.previous is user
             assert ours.uuid()[-1] == ("user-pass-1",)  # the FX graph cache keys on both
 
-            compiled = compile_and_run(flce_like, *flce_inputs(torch.float32), no_grad=True)
+            compiled = compile_and_run(flce_like, *flce_inputs(torch.float32, rows=3 * CHUNK), no_grad=True)  # 3 chunks
             assert user.calls >= 1 and compiled.events("chunk_order")["graphs"] == 1
 
             inductor_addmm_fix.uninstall()
