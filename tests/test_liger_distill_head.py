@@ -390,7 +390,7 @@ def test_a_forward_the_package_does_not_recognise_is_traced_with_one_warning(tmp
         warnings.simplefilter("always")
         modules = (module, module)
         fn = head(modules, loss)
-        tensors = inputs(loss, 40)
+        tensors = inputs(loss, 2)  # 2 chunks, as the loop setting's test
         got = step(torch.compile(fn), tensors)
         want = step(fn, clones(tensors))
     said = [str(w.message) for w in caught if "not one this package recognises" in str(w.message)]
