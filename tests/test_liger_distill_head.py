@@ -366,7 +366,7 @@ def test_the_loop_setting_leaves_the_function_as_dynamo_traces_it(head_mode, los
     head_mode("loop")
     with liger_distill_mimic() as modules:
         fn = head(modules, loss)
-        tensors = inputs(loss, 2)
+        tensors = inputs(loss, 40)
         got = step(torch.compile(fn), tensors)
         want = step(fn, clones(tensors))
     assert events(f"{loss}:opaque") == 0 and events("distill:backward") == 0
@@ -390,7 +390,7 @@ def test_a_forward_the_package_does_not_recognise_is_traced_with_one_warning(tmp
         warnings.simplefilter("always")
         modules = (module, module)
         fn = head(modules, loss)
-        tensors = inputs(loss, 2)  # 2 chunks, as the loop setting's test
+        tensors = inputs(loss, 40)
         got = step(torch.compile(fn), tensors)
         want = step(fn, clones(tensors))
     said = [str(w.message) for w in caught if "not one this package recognises" in str(w.message)]
