@@ -306,7 +306,9 @@ def test_writes_into_a_graph_input_with_symbolic_sizes_go_straight_into_its_slic
     assert "(s" in compiled.codes[0]  # the control: the graph has symbolic sizes
     writes = -(-bt // (2 * chunk))
     assert compiled.events("slice_writes") == {"chains": 1, "pieces": writes, "in_place": 1}
-    assert not re.search(r"empty_strided_cpu\(\(s\d+, " + str(H), compiled.codes[0])  # no copy of the input
+    # no copy of the input: dynamic=True makes the hidden size symbolic (stock Inductor
+    # allocates the input's (32, s27) and copies it back)
+    assert not re.search(rf"empty_strided_cpu\(\((?:s\d+|{bt}), (?:s\d+|{H})\)", compiled.codes[0]), compiled.codes[0]
     expected = start.double()
     expected_total = into_a_graph_input(expected, x.double(), w.double(), chunk)
     assert_close_to_float64(buf, expected)
