@@ -24,34 +24,15 @@ from __future__ import annotations
 
 import argparse
 import re
-import statistics
 
 import torch
+from flce_bench import timed_interleaved
 from flce_shapes import liger_chunk
-
-# name: (student H, teacher H, V), as benchmarks/liger_losses.py's JSD heads
-JSD_PAIRS = {"llama3-8b": (2048, 4096, 128256), "qwen2.5-0.5b": (896, 3584, 151936)}
+from liger_losses import JSD_PAIRS
 
 
 def logits(x, w):
     return torch.mm(x, w.t(), out_dtype=torch.float32)
-
-
-def timed_pair(eager, compiled, reps: int, warmup: int) -> tuple[float, float]:
-    """Median ms of eager and compiled, timed in alternation."""
-    for _ in range(warmup):
-        eager(), compiled()
-    torch.cuda.synchronize()
-    times = {0: [], 1: []}
-    for _ in range(reps):
-        for i, fn in enumerate((eager, compiled)):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            times[i].append(start.elapsed_time(end))
-    return statistics.median(times[0]), statistics.median(times[1])
 
 
 def kernel_called(code: str) -> str:
@@ -86,7 +67,8 @@ def row(head: str, which: str, rows: int, h: int, v: int, graph: str, mode: str,
         for _ in range(calls):
             fn(x, w)
 
-    eager_ms, compiled_ms = (ms / calls for ms in timed_pair(eager, compiled, reps, warmup))
+    timed = timed_interleaved({"eager": eager, "compiled": compiled}, warmup=warmup, reps=reps)
+    eager_ms, compiled_ms = timed["eager"][0] / calls, timed["compiled"][0] / calls
     flop = 2 * rows * h * v
     return dict(head=head, operand=which, rows=rows, h=h, v=v, graph=graph, mode=mode or "default", calls=calls,
                 eager_ms=eager_ms, compiled_ms=compiled_ms, ratio=compiled_ms / eager_ms,
