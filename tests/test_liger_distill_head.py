@@ -289,7 +289,7 @@ def test_the_promoted_loop_accumulates_in_the_forward_and_its_backward_only_scal
         for seed in range(liger_head_op.PROMOTE_AFTER):
             step(fn, draw(seed))
         _, (forward, backward) = run_and_get_code(lambda: step(fn, draw(99)))
-    assert events("promoted") == 1  # the control: this step compiled the loop
+    assert events("promoted") == 1 and events(f"{loss}:loop:promoted") >= 1  # the control: this step compiled the loop
     assert events(f"{loss}:run") == liger_head_op.PROMOTE_AFTER
     spec = liger_distill_head.FORWARDS[f"fused_linear_{loss}_forward"]
     chunks = liger_distill_head.chunk_count(spec, 40, hidden, vocab, "cpu")

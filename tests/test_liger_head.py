@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch._dynamo.utils import counters
 
-from helpers import graph_breaks, liger_mimic, many_recompiles
+from helpers import graph_breaks, liger_mimic, many_recompiles, without_graph_caches
 from inductor_addmm_fix.patching import warn
 from inductor_addmm_fix import installer
 from inductor_addmm_fix import settings
@@ -227,6 +227,7 @@ def test_token_scaling_keeps_the_op_at_a_fixed_length():
             assert torch.equal(x.grad, ex.grad) and torch.equal(w.grad, ew.grad)
     assert events("run") == steps
     assert events("promoted") == 0
+    assert events("opaque:breaking_loop:use_token_scaling") >= 1
 
 
 def test_liger_s_chunk_count_is_computed_as_liger_computes_it():
@@ -385,24 +386,12 @@ def test_the_backward_writes_its_products_into_the_saved_gradients():
     assert not any(f"empty_strided_cpu(({V}, {H})" in line for line in backward.splitlines()), backward
 
 
-def fresh_compiles():
-    """Inductor lowers every graph (no FX graph or AOTAutograd cache hit), so that the
-    counters of its lowerings count."""
-    import contextlib
-
-    stack = contextlib.ExitStack()
-    stack.enter_context(torch._inductor.config.patch(fx_graph_cache=False))
-    if hasattr(torch._functorch.config, "enable_autograd_cache"):
-        stack.enter_context(torch._functorch.config.patch(enable_autograd_cache=False))
-    return stack
-
-
 def backward_code_with_eager_s_gradients(scale: float = 3.0) -> str:
     """The compiled backward's code of :func:`scaled_head` (bf16, compiled afresh), after
     checking that its gradients are eager's bit for bit."""
     from torch._inductor.utils import run_and_get_code
 
-    with liger_mimic() as liger, fresh_compiles():
+    with liger_mimic() as liger, without_graph_caches():
         loss = scaled_head(liger, scale=scale)
         x, w, t, _ = inputs(40, dtype=torch.bfloat16)
         ex, ew = clones(x, w)
