@@ -117,10 +117,17 @@ def fused_linear_cross_entropy_forward(
             probs = torch.softmax(logits_chunk.detach().clone(), dim=-1)
             valid_target_mask = target_chunk != ignore_index
             valid_targets = target_chunk[valid_target_mask]
-            pred_probs = torch.zeros_like(target_chunk, dtype=probs.dtype, device=probs.device)
             if len(valid_targets) > 0:
-                pred_probs[valid_target_mask] = torch.gather(probs[valid_target_mask], -1, valid_targets.unsqueeze(-1)).squeeze(-1)
+                valid_probs = probs[valid_target_mask]
+                pred_probs_valid = torch.gather(valid_probs, -1, valid_targets.unsqueeze(-1)).squeeze(-1)
+                del valid_probs
+                pred_probs = torch.zeros_like(target_chunk, dtype=probs.dtype, device=probs.device)
+                pred_probs[valid_target_mask] = pred_probs_valid
+                del pred_probs_valid
+            else:
+                pred_probs = torch.zeros_like(target_chunk, dtype=probs.dtype, device=probs.device)
             scaling_factors = pred_probs.detach()
+            del probs, pred_probs, valid_target_mask, valid_targets
         _cross_entropy_in_place(logits_chunk, target_chunk, loss_1d_slice, z_loss_1d_slice, accuracy_slice,
                                 predicted_slice, total_n_non_ignore, ignore_index, lse_square_scale, label_smoothing,
                                 reduction)

@@ -71,7 +71,7 @@ from ..patching.declare import Decision, needed, require
 from ..patching.registry import Patch
 from ..patching.slots import Attribute
 from ..patching.warn import warn_once
-from . import liger_distill_head, liger_head_op
+from . import liger_distill_head, liger_head_op, liger_token_scaling
 from .liger_head_op import BACKWARD, BACKWARD_PARAMETERS, BACKWARD_SOURCE, COUNTED, FUNCTION, MODULE, TENSORS
 from .liger_head_op import autocast_state, liger_flce_forward, opaque_forward
 from .liger_head_op import VARIABLE  # noqa: F401  (the setting's name, for messages and tests)
@@ -278,6 +278,11 @@ def opaque_call(fn, args, kwargs, chosen: str, promoted: Callable[[], bool]):
     options = {"module": fn.__module__, "kwargs": scalars, "grads": grads, "present": present,
                "per_token": merged.get("reduction") == "none", "tier": tier,
                "autocast": autocast_state(example.device)}  # fmt: skip
+    if merged.get("use_token_scaling"):
+        why_not = liger_token_scaling.why_not(fn)
+        options["sync_free"] = why_not is None
+        # another Liger's source (one that computes the factors another way) runs as it is
+        count(COUNTED, "token_scaling:sync_free" if why_not is None else "token_scaling:as_liger_writes_it")
     return [tensors.get(n) for n in TENSORS], json.dumps(options, sort_keys=True), present
 
 

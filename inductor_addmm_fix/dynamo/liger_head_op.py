@@ -27,6 +27,7 @@ from typing import Callable
 
 from ..patching.counters import count
 from ..settings import LIGER_HEAD
+from . import liger_token_scaling
 
 MODULE = "liger_kernel.ops.fused_linear_cross_entropy"
 FUNCTION = "fused_linear_cross_entropy_forward"
@@ -168,13 +169,17 @@ def _expected(options: dict, _input, weight, bias) -> list:
 
 def _run_liger(_input, weight, target, ce_weight, bias, token_grad_output, options: str):
     """The op's kernel: Liger's forward, as Liger's autograd.Function runs it (grad mode
-    off; the inputs' ``requires_grad`` as they were when the graph was traced)."""
+    off; the inputs' ``requires_grad`` as they were when the graph was traced); with
+    token scaling, Liger's forward without its host syncs (``options["sync_free"]``,
+    ``dynamo/liger_token_scaling.py``), bit for bit the same results."""
     import importlib
 
     import torch
 
     chosen = _options(options)
     forward = getattr(importlib.import_module(chosen["module"]), FUNCTION)
+    if chosen.get("sync_free"):
+        forward = liger_token_scaling.without_host_syncs(forward)
     tensors = dict(zip(TENSORS, (_input, weight, target, ce_weight, bias, token_grad_output)))
     tensors["_input"] = _input.detach().requires_grad_(chosen["grads"]["input"])
     tensors["weight"] = weight.detach().requires_grad_(chosen["grads"]["weight"])
