@@ -81,6 +81,7 @@ OPTIONS = {
     "softcap": dict(softcap=30.0),
     "ce-weight": dict(ce_weight=True),
     "token-scaling": dict(use_token_scaling=True),
+    "token-scaling-softcap-z-loss": dict(use_token_scaling=True, softcap=30.0, lse_square_scale=1e-4, return_z_loss=True),
     "accuracy-predictions": dict(return_token_accuracy=True, return_predicted_tokens=True),
 }
 
@@ -135,3 +136,32 @@ def test_liger_s_function_joins_the_graph_with_eager_s_weight_gradient(scale):
     assert sum(counters["graph_break"].values()) == 0, dict(counters["graph_break"])
     assert torch.equal(tensors[1].grad, eager_tensors[1].grad)
     torch.testing.assert_close(tensors[0].grad, eager_tensors[0].grad)
+
+
+def nonzero_calls(fn, *args) -> int:
+    """How many ``aten::nonzero`` (a host sync each) ran during ``fn(*args)``."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+        fn(*args)
+    return sum(event.count for event in profile.key_averages() if event.key == "aten::nonzero")
+
+
+def test_token_scaling_runs_without_a_host_sync_per_chunk_bit_for_bit():
+    """The op runs Liger's forward with its token scaling's boolean indexing rewritten
+    (``dynamo/liger_token_scaling.py``): no ``nonzero`` where eager runs some per chunk,
+    eager's results bit for bit, a chunk whose targets are all ignored included."""
+    from liger_kernel.ops import fused_linear_cross_entropy as flce
+    from inductor_addmm_fix.dynamo import liger_token_scaling
+
+    assert liger_token_scaling.why_not(flce.fused_linear_cross_entropy_forward) is None
+    step = run(dict(use_token_scaling=True))
+    compiled = torch.compile(step, dynamic=True)
+    for i, rows in enumerate((700, 1100, 900)):
+        tensors = make(rows, seed=20 + i)
+        tensors[2][:64] = -100  # the first chunk (8 rows a chunk at these lengths) and more ignored
+        eager_tensors = clone(tensors)
+        got, want = [], []
+        compiled_calls = nonzero_calls(lambda: got.extend(compiled(*tensors)))
+        eager_calls = nonzero_calls(lambda: want.extend(step(*eager_tensors)))
+        assert_same(got, want, tensors, eager_tensors)
+        assert compiled_calls == 0 and eager_calls >= liger_head.liger_chunks((rows, H), (V, H))
+    assert counters[COUNTER]["liger_head:token_scaling:sync_free"] >= 1
