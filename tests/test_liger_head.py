@@ -207,27 +207,60 @@ def test_a_static_length_with_a_long_loop_keeps_the_opaque_op():
     assert events("promoted") == 0
 
 
-def test_token_scaling_keeps_the_op_at_a_fixed_length():
-    """Liger's loop with ``use_token_scaling`` indexes each chunk with a boolean mask and
-    tests the result's length, which breaks the graph at every chunk: a static length keeps
-    the op however long it stays, with eager's results bit for bit."""
+def token_scaling_steps(liger, steps: int) -> None:
+    """``steps`` compiled steps of Liger with ``use_token_scaling`` at one length, each
+    against eager on copies of its inputs: the op's steps bit for bit, the loop's to
+    float32's error."""
+    def step(x, w, t):
+        loss = liger.flce(x, w, t, use_token_scaling=True)[0]
+        loss.backward()
+        return loss.detach()
+
+    compiled = torch.compile(step)
+    for seed in range(steps):
+        torch.manual_seed(seed)
+        x, w, t, _ = inputs(40, dtype=torch.float32)
+        ex, ew = clones(x, w)
+        runs = events("run")
+        got, want = compiled(x, w, t), step(ex, ew, t)
+        exact = events("run") > runs  # this step ran the op
+        for a, b in ((got, want), (x.grad, ex.grad), (w.grad, ew.grad)):
+            assert torch.equal(a, b) if exact else torch.allclose(a, b, rtol=1e-5, atol=1e-7)
+
+
+def test_token_scaling_at_a_fixed_length_is_promoted_to_a_loop_without_boolean_indexing():
+    """Liger's loop with ``use_token_scaling`` indexes each chunk with a boolean mask,
+    which would run the whole loop eagerly; traced as ``dynamo/liger_token_scaling.py``
+    rewrites it, the loop compiles whole, and a fixed length is promoted to it."""
     steps = liger_head_op.PROMOTE_AFTER + 2
     with liger_mimic() as liger:
-        def step(x, w, t):
-            loss = liger.flce(x, w, t, use_token_scaling=True)[0]
-            loss.backward()
-            return loss.detach()
+        token_scaling_steps(liger, steps)
+    assert events("run") == liger_head_op.PROMOTE_AFTER
+    assert events("promoted") == 1 and events("loop:token_scaling:sync_free") >= 1
+    assert not [reason for reason in counters["graph_break"] if "nonzero" in reason or "Dynamic shape" in reason]
 
-        compiled = torch.compile(step)
-        for seed in range(steps):
-            torch.manual_seed(seed)
-            x, w, t, _ = inputs(40, dtype=torch.float32)
-            ex, ew = clones(x, w)
-            assert torch.equal(compiled(x, w, t), step(ex, ew, t))
-            assert torch.equal(x.grad, ex.grad) and torch.equal(w.grad, ew.grad)
+
+def test_token_scaling_that_cannot_be_rewritten_keeps_the_op_at_a_fixed_length(tmp_path):
+    """A Liger whose token scaling is written otherwise breaks the graph in its loop: a
+    static length keeps the op however long it stays, with eager's results bit for bit."""
+    source = (Path(__file__).parent / "liger_flce_mimic.py").read_text()
+    assert "if len(valid_targets) > 0:" in source
+    (tmp_path / "liger_flce_mimic.py").write_text(source.replace("if len(valid_targets) > 0:", "if valid_targets.numel() > 0:"))
+    steps = liger_head_op.PROMOTE_AFTER + 2
+    with liger_mimic(tmp_path / "liger_flce_mimic.py") as liger:
+        token_scaling_steps(liger, steps)
     assert events("run") == steps
     assert events("promoted") == 0
     assert events("opaque:breaking_loop:use_token_scaling") >= 1
+    assert events("token_scaling:as_liger_writes_it") >= 1
+
+
+def test_the_loop_setting_traces_token_scaling_without_boolean_indexing(head_mode):
+    head_mode("loop")
+    with liger_mimic() as liger:
+        token_scaling_steps(liger, 2)
+    assert events("run") == 0 and events("loop:token_scaling:sync_free") >= 1
+    assert not [reason for reason in counters["graph_break"] if "nonzero" in reason or "Dynamic shape" in reason]
 
 
 def test_liger_s_chunk_count_is_computed_as_liger_computes_it():

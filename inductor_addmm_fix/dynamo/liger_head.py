@@ -84,8 +84,10 @@ MODES = LIGER_HEAD_MODES
 LOOP_MAX_CHUNKS = 32
 #: ``auto``: Liger's options under which its chunk loop breaks the graph, so that a
 #: static graph keeps the op: ``use_token_scaling`` indexes each chunk with a boolean
-#: mask and tests the length of the result (Llama-3-8B head on an H100: the promoted
-#: loop ran 1.019x eager's time, the op 0.95-1.00x)
+#: mask and tests the length of the result, so Dynamo runs the whole loop eagerly
+#: (Llama-3-8B head on an H100: that promoted loop ran 1.019x eager's time, the op
+#: 0.95-1.00x); where ``dynamo/liger_token_scaling.py`` rewrites that block the loop is
+#: traced without it and does not break (:func:`loop_breaks`)
 LOOP_BREAKING_OPTIONS = ("use_token_scaling",)
 
 #: Every parameter of the forward this module knows (0.8.1-0.8.5 and the nightly).
@@ -252,7 +254,7 @@ def opaque_call(fn, args, kwargs, chosen: str, promoted: Callable[[], bool]):
     tier = "fixed"
     if chosen == "auto":
         chunks = liger_chunks(example.shape, weight.shape, merged.get("chunk_mem_const") or 1)
-        breaking = [name for name in LOOP_BREAKING_OPTIONS if merged.get(name)]
+        breaking = loop_breaks(fn, merged)
         event = "opaque:long_loop"
         if chunks is None:
             tier, event = "symbolic", "opaque:symbolic"
@@ -284,6 +286,24 @@ def opaque_call(fn, args, kwargs, chosen: str, promoted: Callable[[], bool]):
         # another Liger's source (one that computes the factors another way) runs as it is
         count(COUNTED, "token_scaling:sync_free" if why_not is None else "token_scaling:as_liger_writes_it")
     return [tensors.get(n) for n in TENSORS], json.dumps(options, sort_keys=True), present
+
+
+def _token_scaling(fn, args, kwargs) -> bool:
+    """Whether a traced call of Liger's forward passes ``use_token_scaling`` as a true constant."""
+    try:
+        variable = _signature(fn).bind(*args, **kwargs).arguments.get("use_token_scaling")
+    except TypeError:
+        return False
+    constant, value = _constant(variable) if variable is not None else (False, None)
+    return constant and bool(value)
+
+
+def loop_breaks(fn, options: dict) -> list:
+    """The options in ``options`` (Liger's keyword values) under which Liger's loop, as the
+    package traces it for ``fn``, breaks the graph: token scaling only where its
+    boolean-mask block cannot be rewritten (``dynamo/liger_token_scaling.py``)."""
+    return [name for name in LOOP_BREAKING_OPTIONS if options.get(name)
+            and not (name == "use_token_scaling" and liger_token_scaling.why_not(fn) is None)]  # fmt: skip
 
 
 def liger_chunks(input_shape, weight_shape, chunk_mem_const: int = 1) -> int | None:
@@ -342,6 +362,11 @@ def redirect(stock: Callable[..., Any]) -> Callable[..., Any]:
                     return call_function.stock(UserFunctionVariable(opaque_forward), tx, new_args, {})
             else:
                 count(COUNTED, "loop:setting")
+            if why_not is None and _token_scaling(fn, args, kwargs) and liger_token_scaling.why_not(fn) is None:
+                # Liger's boolean-mask block would break the graph in the loop: the loop without it
+                count(COUNTED, "loop:token_scaling:sync_free")
+                rewritten = liger_token_scaling.without_host_syncs(fn)
+                return call_function.stock(UserFunctionVariable(rewritten), tx, args, kwargs)
         return call_function.stock(self, tx, args, kwargs)
 
     call_function.stock = stock  # type: ignore[attr-defined]
