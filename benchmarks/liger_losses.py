@@ -204,24 +204,18 @@ def chunks(bt: int, h: int, v: int, const: int) -> int:
 def estimate(config: str, head: str, graph: str, bt: int, warmup: int, reps: int) -> float:
     """Rough seconds of one row on an H100 under the default setting: compiles (a traced chunk loop about 6 s +
     0.6 s a chunk; a loss as the package's opaque op 8 s: where its loop has more than ``LOOP_MAX_CHUNKS`` chunks or an
-    option under which the loop breaks the graph (FLCE, ``liger_head.loop_breaks``),
+    option in ``LOOP_BREAKING_OPTIONS`` (FLCE),
     JSD's and KL-div's outside ``LOOP_CHUNKS`` or with labels, where sizes are symbolic, and before a static graph's promotion to the loop), the timed steps (GEMMs at 300
     TFLOP/s plus 30 bytes of traffic per logit at 3 TB/s), the float64 reference (40 TFLOP/s) and 4 s of set-up."""
     family, opts = CONFIGS[config]
     (hs, ht, v), h = (JSD_PAIRS[head], JSD_PAIRS[head][0]) if family == "jsd" else ((HEADS[head][0], 0, HEADS[head][1]), HEADS[head][0])
     const = {"flce": opts.get("chunk_mem_const", 1), "jsd": 1, "kl": 16}[family]
     from inductor_addmm_fix.dynamo.liger_distill_head import LOOP_CHUNKS
-    from inductor_addmm_fix.dynamo.liger_head import LOOP_MAX_CHUNKS, loop_breaks
+    from inductor_addmm_fix.dynamo.liger_head import LOOP_BREAKING_OPTIONS, LOOP_MAX_CHUNKS
 
     def as_op(n: int, symbolic: bool) -> bool:  # the default setting's tiers (dynamo/liger_head.py, liger_distill_head.py)
         if family == "flce":
-            try:
-                from liger_kernel.ops.fused_linear_cross_entropy import fused_linear_cross_entropy_forward
-            except ImportError:  # --list without Liger: every Liger the package knows has a loop that does not break
-                breaks = False
-            else:
-                breaks = bool(loop_breaks(fused_linear_cross_entropy_forward, opts))
-            return symbolic or n > LOOP_MAX_CHUNKS or breaks
+            return symbolic or n > LOOP_MAX_CHUNKS or any(opts.get(name) for name in LOOP_BREAKING_OPTIONS)
         return symbolic or n not in LOOP_CHUNKS or bool(opts.get("labels"))
 
     promotes = getattr(liger_head_op(), "PROMOTE_AFTER", 0) > 0 and not as_op(chunks(bt, h, v, const), False)
