@@ -12,7 +12,10 @@ Where Dynamo is about to inline that function, this patch traces a call of
 own function, run as eager runs it, and whose fake kernel gives its outputs' shapes.
 The graph holds one node for the head: its compile costs what a plain cross entropy's
 does, one graph serves every token count, and the head runs at eager's speed with
-eager's memory and results (the same code on the same inputs).  Liger is not changed
+eager's memory and results (the same code on the same inputs; with
+``use_token_scaling``, Liger's code with its boolean-mask indexing rewritten as a
+masked gather, the same results without a host sync per chunk, faster than eager:
+``dynamo/liger_token_scaling.py``).  Liger is not changed
 on disk or in memory, and eager code never sees this: only Dynamo's inlining is
 redirected.
 
