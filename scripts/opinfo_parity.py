@@ -205,11 +205,25 @@ def picked(op, samples: int, args) -> list[tuple[int, str]]:
 
 def run_jobs(commands: list[list[str]], env: dict) -> list[int]:
     """Run the jobs side by side; their exit codes.  However this ends (an error, Ctrl-C,
-    SIGTERM, which is turned into SystemExit here), no job outlives it."""
-    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    SIGTERM, which is turned into SystemExit here), no job outlives it: a SIGTERM that
+    comes while the jobs start (a job forked, its Popen not yet returned) is held until
+    every started job is in the list the cleanup kills."""
+    starting, held = True, []
+
+    def on_sigterm(signum, frame):
+        if starting:
+            held.append(signum)
+            return
+        _exit_on_sigterm(signum, frame)
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
     jobs = []
     try:
-        jobs = [subprocess.Popen(command, env=env) for command in commands]
+        for command in commands:
+            jobs.append(subprocess.Popen(command, env=env))
+        starting = False
+        if held:
+            _exit_on_sigterm(held[0], None)
         return [job.wait() for job in jobs]
     finally:
         for job in jobs:

@@ -41,6 +41,37 @@ def test_the_parity_script_stops_its_workers_when_terminated(tmp_path):
         script.wait()
 
 
+def test_a_sigterm_while_the_parity_jobs_start_leaves_no_job_behind(monkeypatch):
+    """SIGTERM between a job's fork and its Popen's return (the second job's, here) is
+    held until the job is among those the cleanup kills: no job outlives the script."""
+    import importlib.util
+    import os
+
+    spec = importlib.util.spec_from_file_location("opinfo_parity_script", ROOT / "scripts" / "opinfo_parity.py")
+    parity = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(parity)
+    started = []
+    stock_popen = subprocess.Popen
+
+    def popen_then_sigterm(command, **kwargs):
+        job = stock_popen(command, **kwargs)
+        started.append(job.pid)
+        if len(started) == 2:
+            os.kill(os.getpid(), signal.SIGTERM)  # arrives before this Popen returns
+        return job
+
+    monkeypatch.setattr(parity.subprocess, "Popen", popen_then_sigterm)
+    sleeper = [sys.executable, "-c", "import time; time.sleep(120)"]
+    try:
+        with pytest.raises(SystemExit):
+            parity.run_jobs([sleeper, sleeper, sleeper], env=dict(os.environ))
+        assert len(started) >= 2 and not any(alive(pid) for pid in started)
+    finally:
+        for pid in started:  # what a failure left
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
 #: A command that starts a child (writing its pid to the file argv[1]) and waits.
 PARENT = """
 import subprocess, sys, time
