@@ -357,10 +357,10 @@ def redirect(stock: Callable[..., Any]) -> Callable[..., Any]:
                     return call_function.stock(UserFunctionVariable(opaque_forward), tx, new_args, {})
             else:
                 count(COUNTED, "loop:setting")
-            if why_not is None and _token_scaling(fn, args, kwargs) and liger_token_scaling.why_not(fn) is None:
-                # Liger's boolean-mask block would break the graph in the loop: the loop without it
+            # Liger's boolean-mask block would break the graph in the loop: the loop without it
+            rewritten = liger_token_scaling.without_host_syncs(fn) if why_not is None and _token_scaling(fn, args, kwargs) else fn
+            if rewritten is not fn:
                 count(COUNTED, "loop:token_scaling:sync_free")
-                rewritten = liger_token_scaling.without_host_syncs(fn)
                 return call_function.stock(UserFunctionVariable(rewritten), tx, args, kwargs)
         return call_function.stock(self, tx, args, kwargs)
 

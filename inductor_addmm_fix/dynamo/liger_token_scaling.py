@@ -3,35 +3,22 @@
 ``use_token_scaling=True``.
 
 Liger's chunk loop (0.8.1 through 0.8.5 and the nightly) finds each token's predicted
-probability of its target with a boolean mask::
-
-    valid_target_mask = target_chunk != ignore_index
-    valid_targets = target_chunk[valid_target_mask]
-    if len(valid_targets) > 0:
-        valid_probs = probs[valid_target_mask]
-        pred_probs_valid = torch.gather(valid_probs, -1, valid_targets.unsqueeze(-1)).squeeze(-1)
-        pred_probs = torch.zeros_like(target_chunk, dtype=probs.dtype, device=probs.device)
-        pred_probs[valid_target_mask] = pred_probs_valid
-    else:
-        pred_probs = torch.zeros_like(target_chunk, dtype=probs.dtype, device=probs.device)
-
-Each boolean index waits for the GPU to count the mask (three host syncs a chunk), so
-the GPU idles while the host launches the next chunk's kernels: on the Qwen2.5-0.5B head
-(128 chunks at 4096 tokens) steps took 139-163 ms for 87 ms of GPU work (H200).  The same
-values come from a gather over every row, with the ignored rows' index and result masked::
-
-    valid_targets = target_chunk.masked_fill(~valid_target_mask, 0)
-    pred_probs = torch.gather(probs, -1, valid_targets.unsqueeze(-1)).squeeze(-1).masked_fill(~valid_target_mask, 0)
-
-Each valid row picks the same element of the same ``probs``, each ignored row is 0, in
-``probs``' dtype: bit for bit Liger's factors, without a sync.
+probability of its target with a boolean mask (:data:`LIGER_FORM`, after
+:data:`MASK`).  Each boolean index waits for the GPU to count the mask (three host
+syncs a chunk), so the GPU idles while the host launches the next chunk's kernels: on
+the Qwen2.5-0.5B head (128 chunks at 4096 tokens) steps took 139-163 ms for 87 ms of
+GPU work (H200).  The same values come from a gather over every row, with the ignored
+rows' index and result masked (:data:`SYNC_FREE_FORM`): each valid row picks the same
+element of the same ``probs``, each ignored row is 0, in ``probs``' dtype: bit for bit
+Liger's factors, without a sync.
 
 :func:`without_host_syncs` builds that function from Liger's own: it parses the source
 of the forward it is given, replaces those two statements (after ``del`` statements,
-which differ between Liger versions, are set aside, they must be the ones above) and
+which differ between Liger versions, are set aside, they must be :data:`LIGER_FORM`) and
 compiles the result in Liger's module, with its file and line numbers.  Any other source
 gives Liger's function back unchanged, with the reason (:func:`why_not`).  Liger on disk
-and in memory is unchanged, and so is eager code: only the op's kernel calls the result.
+and in memory is unchanged, and so is eager code: only the op's kernel runs the result,
+and Dynamo traces it for Liger's loop under ``loop`` (``dynamo/liger_head.py``).
 
 Retired by: Liger computing the factors without a boolean index
 (docs/upstream/liger-compile-graph-breaks.md, section 4).
