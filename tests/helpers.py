@@ -381,3 +381,21 @@ def liger_mimic(path=None, module_name=None):
             sys.modules.pop(name, None)
         else:
             sys.modules[name] = before
+
+
+def aten_calls(fn) -> dict:
+    """How many times each aten op ran during ``fn()`` (the profiler's CPU-side count)."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+        fn()
+    return {event.key: event.count for event in profile.key_averages() if event.key.startswith("aten::")}
+
+
+def token_scaling_step(liger):
+    """One training step of Liger's FLCE (``liger``: the mimic's module) with
+    ``use_token_scaling``: its loss, detached, after its backward."""
+    def step(x, w, t):
+        loss = liger.flce(x, w, t, use_token_scaling=True)[0]
+        loss.backward()
+        return loss.detach()
+
+    return step

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch._dynamo.utils import counters
 
-from helpers import graph_breaks, liger_mimic, many_recompiles, without_graph_caches
+from helpers import graph_breaks, liger_mimic, many_recompiles, token_scaling_step, without_graph_caches
 from inductor_addmm_fix.patching import warn
 from inductor_addmm_fix import installer
 from inductor_addmm_fix import settings
@@ -211,11 +211,7 @@ def token_scaling_steps(liger, steps: int) -> None:
     """``steps`` compiled steps of Liger with ``use_token_scaling`` at one length, each
     against eager on copies of its inputs: the op's steps bit for bit, the loop's to
     float32's error."""
-    def step(x, w, t):
-        loss = liger.flce(x, w, t, use_token_scaling=True)[0]
-        loss.backward()
-        return loss.detach()
-
+    step = token_scaling_step(liger)
     compiled = torch.compile(step)
     for seed in range(steps):
         torch.manual_seed(seed)

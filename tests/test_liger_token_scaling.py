@@ -14,7 +14,7 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
-from helpers import liger_mimic
+from helpers import aten_calls, liger_mimic, token_scaling_step
 from inductor_addmm_fix.dynamo import liger_head_op, liger_token_scaling
 from inductor_addmm_fix.patching.counters import COUNTER
 
@@ -34,22 +34,6 @@ def inputs(rows, *, dtype=torch.float32, ignore_index=-100, ignored=slice(None, 
     t = torch.randint(0, V, (rows,))
     t[ignored] = ignore_index
     return x, w, t
-
-
-def aten_calls(fn) -> dict:
-    """How many times each aten op ran during ``fn()`` (the CPU profiler's count)."""
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
-        fn()
-    return {event.key: event.count for event in profile.key_averages() if event.key.startswith("aten::")}
-
-
-def token_scaling_step(liger):
-    def step(x, w, t):
-        loss = liger.flce(x, w, t, use_token_scaling=True)[0]
-        loss.backward()
-        return loss.detach()
-
-    return step
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

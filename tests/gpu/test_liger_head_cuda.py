@@ -8,6 +8,7 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
+from helpers import aten_calls
 from inductor_addmm_fix.dynamo import liger_head, liger_head_op
 from inductor_addmm_fix.patching.counters import COUNTER
 
@@ -138,13 +139,6 @@ def test_liger_s_function_joins_the_graph_with_eager_s_weight_gradient(scale):
     torch.testing.assert_close(tensors[0].grad, eager_tensors[0].grad)
 
 
-def nonzero_calls(fn, *args) -> int:
-    """How many ``aten::nonzero`` (a host sync each) ran during ``fn(*args)``."""
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
-        fn(*args)
-    return sum(event.count for event in profile.key_averages() if event.key == "aten::nonzero")
-
-
 def test_token_scaling_runs_without_a_host_sync_per_chunk_bit_for_bit():
     """The op runs Liger's forward with its token scaling's boolean indexing rewritten
     (``dynamo/liger_token_scaling.py``): no ``nonzero`` where eager runs some per chunk,
@@ -160,8 +154,8 @@ def test_token_scaling_runs_without_a_host_sync_per_chunk_bit_for_bit():
         tensors[2][:64] = -100  # the first chunk (8 rows a chunk at these lengths) and more ignored
         eager_tensors = clone(tensors)
         got, want = [], []
-        compiled_calls = nonzero_calls(lambda: got.extend(compiled(*tensors)))
-        eager_calls = nonzero_calls(lambda: want.extend(step(*eager_tensors)))
+        compiled_calls = aten_calls(lambda: got.extend(compiled(*tensors))).get("aten::nonzero", 0)
+        eager_calls = aten_calls(lambda: want.extend(step(*eager_tensors))).get("aten::nonzero", 0)
         assert_same(got, want, tensors, eager_tensors)
         assert compiled_calls == 0 and eager_calls >= liger_head.liger_chunks((rows, H), (V, H))
     assert counters[COUNTER]["liger_head:token_scaling:sync_free"] >= 1
